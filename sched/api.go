@@ -1,0 +1,58 @@
+package sched
+
+// Stats is a snapshot of the scheduler for metrics. Maps and slices are
+// freshly allocated and owned by the caller.
+type Stats struct {
+	// Capacity is the SMG slot capacity in force.
+	Capacity uint32
+	// Reserved is each priority class's reservation at this capacity.
+	Reserved [NumPriorities]uint32
+	// InFlight counts dispatched requests holding a slot, per class.
+	InFlight [NumPriorities]uint32
+	// QueueDepth counts queued requests per priority class (all policy
+	// classes and models together).
+	QueueDepth [NumPriorities]uint32
+	// QueueLimit is each class's queue_size.
+	QueueLimit [NumPriorities]uint32
+	// Utilization is total in-flight / capacity (0 when capacity is 0).
+	Utilization float64
+	// Pressure is SMG's per-class pressure:
+	// min(1, max(depth/queue_size, max(0, inflight-reserved)/max(1, capacity-Σ reserved above))).
+	Pressure [NumPriorities]float64
+	// Admits counts outcomes per effective class (smg_scheduler_admit_total).
+	Admits [NumPriorities][OutcomeClientCancelled + 1]uint64
+	// Preemptions counts preemptions by [victim][preemptor] class.
+	Preemptions [NumPriorities][NumPriorities]uint64
+	// Promotions counts starvation promotions per class.
+	Promotions [NumPriorities]uint64
+	// Queues has one entry per (model, policy class) queue ever created.
+	Queues []QueueStats
+	// Ranks has one entry per (worker, rank) with load, including workers
+	// removed while they still have requests in flight.
+	Ranks []RankStats
+}
+
+// QueueStats describes one Dynamo policy-class queue.
+type QueueStats struct {
+	Model       string
+	PolicyClass string
+	// Pending requests, their raw ISL and cached-token snapshots.
+	Requests     uint64
+	ISLTokens    uint64
+	CachedTokens uint64
+	// Backpressure counts rejections by LimitKind (index 1..3).
+	Backpressure [LimitCachedTokens + 1]uint64
+	// Deficit is the class's DRR deficit.
+	Deficit uint64
+}
+
+// RankStats describes the load booked on one (worker, DP rank).
+type RankStats struct {
+	Worker              string
+	Rank                uint32
+	ActivePrefillTokens uint64
+	ActiveBlocks        uint64
+	ActiveRequests      uint32
+	// Removed is true for a worker no longer in the set.
+	Removed bool
+}

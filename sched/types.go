@@ -1,0 +1,233 @@
+package sched
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults from the references.
+const (
+	// DefaultMaxRunningRequests is the SMG slot count of a worker that does
+	// not state max_running_requests.
+	DefaultMaxRunningRequests = 64
+	// DefaultMaxBatchedTokens is Dynamo's max_num_batched_tokens for a worker
+	// that does not state it: in practice never busy by fraction.
+	DefaultMaxBatchedTokens = 10_000_000
+	// DefaultFallbackCapacity is the SMG capacity with no ready worker.
+	DefaultFallbackCapacity = 1024
+	// DefaultBlockSize is the KV block size in tokens.
+	DefaultBlockSize = 16
+)
+
+// Worker is one model server instance. It expands into DP ranks
+// [DPStart, DPStart+DPSize).
+type Worker struct {
+	// ID is what pins name; unique in a worker set.
+	ID string
+	// Model is the served model name; empty serves every model.
+	Model  string
+	Taints []string
+	// DPSize is the number of data-parallel ranks; 0 means 1.
+	DPSize  uint32
+	DPStart uint32
+	// MaxRunningRequests is the worker's SMG slot count; 0 means
+	// DefaultMaxRunningRequests.
+	MaxRunningRequests uint32
+	// MaxBatchedTokens is the worker's max_num_batched_tokens; 0 means
+	// DefaultMaxBatchedTokens.
+	MaxBatchedTokens uint64
+}
+
+// Pin names the exact worker, and optionally the DP rank, a request must run on.
+type Pin struct {
+	Worker  string
+	Rank    uint32
+	HasRank bool
+}
+
+// CachedTokens is how many of a request's prompt tokens one worker holds in
+// its prefix cache.
+type CachedTokens struct {
+	Worker string
+	Tokens uint64
+}
+
+// Request is what the shell knows about one inference request when it
+// submits it.
+type Request struct {
+	// ID is chosen by the shell and unique among live requests.
+	ID    uint64
+	Model string
+	// Class is the requested Dynamo policy class or family
+	// (x-dynamo-meta-policy-class), trimmed; empty when absent.
+	Class string
+	// Priority is the effective SMG class, after the tenant clamp.
+	Priority Priority
+	// StrictPriority overrides the strict tier when HasStrictPriority is
+	// set; otherwise the tier is the Priority's rank (bulk 0 … system 3).
+	StrictPriority    uint32
+	HasStrictPriority bool
+	// PriorityJump is Dynamo's priority_jump in seconds (clamped to >= 0).
+	PriorityJump float64
+	// ISL is the prompt length in tokens.
+	ISL uint64
+	// Cached lists per-worker prefix-cache hits; workers not listed have 0.
+	// The scheduler copies it.
+	Cached []CachedTokens
+	// Pin, when non-nil, requires that exact worker (and rank).
+	Pin *Pin
+	// RequiredTaints must all be carried by an eligible worker.
+	RequiredTaints []string
+}
+
+// ActionKind says what the shell must do.
+type ActionKind uint8
+
+// Action kinds.
+const (
+	// ActionDispatch: route request ID to Worker (and Rank).
+	ActionDispatch ActionKind = iota + 1
+	// ActionReject: answer request ID with Outcome; it holds nothing.
+	ActionReject
+	// ActionPreempt: end in-flight request ID (the victim) with the
+	// preemption answer, then report Cancel or Done for it.
+	ActionPreempt
+)
+
+// Outcome says why a request left the queue without being dispatched, or
+// names a dispatch.
+type Outcome uint8
+
+// Outcomes. The shell maps each to one HTTP answer.
+const (
+	OutcomeUnknown Outcome = iota
+	// OutcomeAdmitted: dispatched.
+	OutcomeAdmitted
+	// OutcomeQueueFull: the SMG class queue is at queue_size (429).
+	OutcomeQueueFull
+	// OutcomeQueueTimeout: waited queue_timeout_secs (503).
+	OutcomeQueueTimeout
+	// OutcomeClassLimit: a Dynamo per-worker queue limit (529 Overloaded).
+	OutcomeClassLimit
+	// OutcomeNoEndpoints: no eligible worker (503). Message says why.
+	OutcomeNoEndpoints
+	// OutcomePinInvalid: the pinned worker or rank is not eligible (503).
+	// Message has the upstream text.
+	OutcomePinInvalid
+	// OutcomePreempted: the victim of a preemption (503 scheduler_preempted).
+	OutcomePreempted
+	// OutcomeShutdown: the scheduler is draining (503 + Retry-After).
+	OutcomeShutdown
+	// OutcomeClientCancelled: the client went away while queued (counted
+	// only; there is nobody to answer).
+	OutcomeClientCancelled
+)
+
+// LimitKind names a Dynamo per-worker queue limit.
+type LimitKind uint8
+
+// Limit kinds, in the order they are checked.
+const (
+	LimitNone LimitKind = iota
+	LimitRequests
+	LimitRawISLTokens
+	LimitCachedTokens
+)
+
+// String returns the limit_kind value of Dynamo's 529 body.
+func (k LimitKind) String() string {
+	switch k {
+	case LimitRequests:
+		return "requests"
+	case LimitRawISLTokens:
+		return "raw_isl_tokens"
+	case LimitCachedTokens:
+		return "cached_tokens"
+	}
+	return "none"
+}
+
+// Reason returns the reason label of dynamo_frontend_router_queue_backpressure_total.
+func (k LimitKind) Reason() string {
+	switch k {
+	case LimitRequests:
+		return "request_limit"
+	case LimitRawISLTokens:
+		return "raw_isl_token_limit"
+	case LimitCachedTokens:
+		return "cached_token_limit"
+	}
+	return "none"
+}
+
+// Action is one thing the shell must do as a result of a call.
+type Action struct {
+	Kind ActionKind
+	// ID is the request acted on (the victim, for ActionPreempt).
+	ID uint64
+	// Worker and Rank are set for ActionDispatch.
+	Worker string
+	Rank   uint32
+	// Outcome is OutcomeAdmitted for a dispatch, the reason for a reject,
+	// OutcomePreempted for a preemption.
+	Outcome Outcome
+	// Priority is the request's effective SMG class; for ActionPreempt it
+	// is the victim's, and By is the preemptor's.
+	Priority Priority
+	By       Priority
+	// Model and PolicyClass name the Dynamo queue the request was
+	// classified into (metric labels).
+	Model       string
+	PolicyClass string
+	// Queued is true when the request waited in a queue; Wait is how long.
+	Queued bool
+	Wait   time.Duration
+	// Limit details for OutcomeClassLimit.
+	LimitKind    LimitKind
+	LimitCurrent uint64
+	LimitValue   uint64
+	// Message explains OutcomeNoEndpoints and OutcomePinInvalid, with the
+	// upstream error text.
+	Message string
+	// Cost snapshot taken at Submit, for dispatches.
+	ISL      uint64
+	Cached   uint64
+	Uncached uint64
+}
+
+// SelectionConfig tunes worker selection (Dynamo's cost function).
+type SelectionConfig struct {
+	// PrefillLoadScale multiplies the prefill term (default 1.0).
+	PrefillLoadScale float64
+	// OverlapCredit weights cached blocks against prefill (default 1.0).
+	OverlapCredit float64
+	// Temperature > 0 samples a softmax over normalized costs; 0 picks
+	// the lowest cost, ties broken at random.
+	Temperature float64
+}
+
+// Config configures a Scheduler. Zero values take the documented defaults.
+type Config struct {
+	// Policy is the Dynamo policy configuration.
+	Policy PolicyConfig
+	// Priority is the SMG priority admission configuration.
+	Priority PriorityConfig
+	// FallbackCapacity is the SMG capacity while no worker is known
+	// (--max-concurrent-requests); 0 means DefaultFallbackCapacity.
+	FallbackCapacity uint32
+	// BlockSize is the KV block size in tokens; 0 means DefaultBlockSize.
+	BlockSize uint64
+	// Selection tunes worker selection; the zero value means
+	// DefaultSelection().
+	Selection SelectionConfig
+	// Rand breaks selection ties; nil means a fixed seed.
+	Rand *rand.Rand
+	// Start is the scheduler's start time, the origin of FCFS scores.
+	Start time.Time
+}
+
+// DefaultSelection returns Dynamo's defaults: prefill_load_scale 1.0,
+// overlap_score_credit 1.0, router_temperature 0.
+func DefaultSelection() SelectionConfig {
+	return SelectionConfig{PrefillLoadScale: 1, OverlapCredit: 1}
+}
