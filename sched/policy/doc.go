@@ -1,0 +1,38 @@
+// Package policy turns tollgate's configuration files and request inputs
+// into the values the scheduling core consumes.
+//
+// It parses, strictly, the two files operators bring from upstream:
+//
+//   - the NVIDIA Dynamo router policy file (--router-policy-config) into a
+//     sched.PolicyConfig whose profiles carry their class, bucket, matrix
+//     and explicit-class indexes (ParseRouterPolicy, LoadRouterPolicy), plus
+//     the synthetic no-file profile from --router-queue-threshold and
+//     --router-queue-policy (SyntheticDefault);
+//   - the SMG priority scheduler file (--priority-scheduler-config) into a
+//     PriorityFile (ParsePriorityConfig, LoadPriorityConfig).
+//
+// Strict means: any unknown key anywhere is an error naming the key,
+// duplicate keys are errors, integer fields reject floats, negatives and
+// strings, sequence order is kept (class order is the DRR ring order), and
+// the first rule violation is reported with upstream's exact text, in
+// upstream's order. Marshal functions write a parsed configuration back as
+// YAML that parses to an equal value.
+//
+// It also reads the per-request inputs: the x-smg-priority header
+// (ParsePriorityHeader), the tenant key (Tenants.Resolve) and the tenant
+// clamp (Clamp), the Dynamo priority headers and body hints
+// (PriorityInputs), the worker pin headers (ParsePin) and the requested
+// policy class (PolicyClass). These are pure functions of header values;
+// the shell reads the headers.
+//
+// Deviations from upstream, each deliberate: unknown and duplicate keys in
+// the priority file are errors (upstream ignores them); worker_selection in
+// the router policy file is rejected as unsupported; an unknown
+// --priority-scheduler-default-max-class is an error (upstream quietly uses
+// "default"); duplicate --tenant-api-key ids or keys are errors.
+//
+// Invariants: every value returned is fully validated and owned by the
+// caller; nothing is cached or shared between calls. Concurrency: all
+// functions are safe for concurrent use, and a Tenants value is immutable
+// after NewTenants.
+package policy
