@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/tollgate/tollgate/test/mockworker"
+)
+
+// errUsage marks an argument error that the flag set has already reported
+// along with the usage text.
+var errUsage = errors.New("usage")
+
+// run is main without the process: it parses args, serves until ctx ends,
+// and returns instead of exiting. Logs go to stderr.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mockworker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		cfg      mockworker.Config
+		addr     string
+		logLevel slog.Level
+	)
+	fs.StringVar(&addr, "addr", "127.0.0.1:8000", "TCP address to listen on")
+	fs.StringVar(&cfg.ID, "id", mockworker.DefaultID, "worker id, used in logs and generated request ids")
+	fs.StringVar(&cfg.Model, "model", mockworker.DefaultModel, "the one model served")
+	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", mockworker.DefaultMaxNumSeqs, "sequences running at once; more wait in a FIFO queue")
+	fs.Float64Var(&cfg.PrefillTokensPerSec, "prefill-tokens-per-sec", mockworker.DefaultPrefillTokensPerSec, "prefill rate of one sequence, in uncached prompt tokens per second")
+	fs.Float64Var(&cfg.DecodeTokensPerSec, "decode-tokens-per-sec", mockworker.DefaultDecodeTokensPerSec, "decode rate of one sequence, in output tokens per second")
+	fs.IntVar(&cfg.BlockSize, "block-size", mockworker.DefaultBlockSize, "prompt tokens per prefix-cache block")
+	fs.IntVar(&cfg.CacheBlocks, "cache-blocks", mockworker.DefaultCacheBlocks, "prefix-cache capacity in blocks (LRU beyond it)")
+	fs.Float64Var(&cfg.Speed, "speed", mockworker.DefaultSpeed, "multiplier of both rates: 10 runs ten times faster")
+	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", mockworker.DefaultMaxTokens, "output tokens of a request without max_tokens")
+	fs.IntVar(&cfg.MaxModelLen, "max-model-len", mockworker.DefaultMaxModelLen, "limit on prompt plus output tokens")
+	fs.IntVar(&cfg.MaxRecords, "max-records", mockworker.DefaultMaxRecords, "per-request records kept in memory")
+	fs.IntVar(&cfg.MaxBodyBytes, "max-body-bytes", mockworker.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413")
+	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
+	w, err := mockworker.New(cfg)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Listen(addr); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	cfg.Logger.Info("shutting down")
+	return w.Close()
+}

@@ -1,0 +1,164 @@
+package mockworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+)
+
+// Defaults applied by Config.withDefaults to zero-valued fields.
+const (
+	DefaultID                  = "mock-0"
+	DefaultModel               = "mock-model"
+	DefaultMaxNumSeqs          = 256
+	DefaultPrefillTokensPerSec = 8000
+	DefaultDecodeTokensPerSec  = 50
+	DefaultBlockSize           = 16
+	DefaultCacheBlocks         = 8192
+	DefaultSpeed               = 1
+	DefaultMaxTokens           = 16
+	DefaultMaxModelLen         = 32768
+	DefaultMaxRecords          = 10000
+	DefaultMaxBodyBytes        = 32 << 20
+)
+
+// Config describes one simulated engine. Every field is optional: the zero
+// value of a field selects its documented default, so Config{} is a valid
+// configuration. Negative values, NaN and infinities are rejected by Validate.
+type Config struct {
+	// ID names the worker in logs and in generated request ids.
+	// Default DefaultID.
+	ID string
+	// Model is the one model the worker serves; requests for another model
+	// get 404. Default DefaultModel.
+	Model string
+	// MaxNumSeqs is the number of sequences that run at once (vLLM's
+	// --max-num-seqs). Further requests wait in a FIFO queue.
+	// Default DefaultMaxNumSeqs.
+	MaxNumSeqs int
+	// PrefillTokensPerSec is the prefill rate of one sequence: a sequence
+	// spends (prompt tokens - cached tokens) / rate before its first token.
+	// Default DefaultPrefillTokensPerSec.
+	PrefillTokensPerSec float64
+	// DecodeTokensPerSec is the decode rate of one sequence: after the first
+	// token, each further token takes 1/rate. Default DefaultDecodeTokensPerSec.
+	DecodeTokensPerSec float64
+	// BlockSize is the number of prompt tokens per prefix-cache block (vLLM's
+	// --block-size). Default DefaultBlockSize.
+	BlockSize int
+	// CacheBlocks bounds the prefix cache; the least recently used block is
+	// evicted beyond it. Default DefaultCacheBlocks.
+	CacheBlocks int
+	// Speed multiplies both rates: Speed 100 runs the engine 100 times faster
+	// than the configured rates. It does not shorten Hold. Default 1.
+	Speed float64
+	// DefaultMaxTokens is the number of output tokens of a request that sets
+	// no max_tokens. Default DefaultMaxTokens.
+	DefaultMaxTokens int
+	// MaxModelLen bounds prompt tokens plus max_tokens; a longer request gets
+	// 400, as vLLM answers. Default DefaultMaxModelLen.
+	MaxModelLen int
+	// MaxRecords bounds the per-request records kept for Records; the oldest
+	// are dropped beyond it. Default DefaultMaxRecords.
+	MaxRecords int
+	// MaxBodyBytes bounds a request body; a larger one gets 413.
+	// Default DefaultMaxBodyBytes.
+	MaxBodyBytes int
+	// Hold, when set, is called once per sequence after it has taken a
+	// running slot and before its prefill, so it runs on the request's
+	// goroutine and the sequence occupies its slot while held. The sequence
+	// waits until Hold returns; a non-nil error (normally ctx.Err()) cancels
+	// it. ctx ends when the client goes away or the worker closes. Gate.Wait
+	// has this signature. Optional.
+	Hold func(ctx context.Context, req RequestInfo) error
+	// Logger receives the worker's logs. Default: logs are discarded.
+	Logger *slog.Logger
+}
+
+// Validate reports every invalid field, joined, or nil if cfg is usable.
+// Zero values are valid; they select the defaults.
+func (c Config) Validate() error {
+	var errs []error
+	nonNegInt := func(name string, v int) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("mockworker: %s must not be negative, got %d", name, v))
+		}
+	}
+	nonNegFloat := func(name string, v float64) {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			errs = append(errs, fmt.Errorf("mockworker: %s must be a finite non-negative number, got %v", name, v))
+		}
+	}
+	nonNegInt("max num seqs", c.MaxNumSeqs)
+	nonNegFloat("prefill tokens per second", c.PrefillTokensPerSec)
+	nonNegFloat("decode tokens per second", c.DecodeTokensPerSec)
+	nonNegInt("block size", c.BlockSize)
+	nonNegInt("cache blocks", c.CacheBlocks)
+	nonNegFloat("speed", c.Speed)
+	nonNegInt("default max tokens", c.DefaultMaxTokens)
+	nonNegInt("max model len", c.MaxModelLen)
+	nonNegInt("max records", c.MaxRecords)
+	nonNegInt("max body bytes", c.MaxBodyBytes)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	d := c.withDefaults()
+	if d.DefaultMaxTokens > d.MaxModelLen {
+		return fmt.Errorf("mockworker: default max tokens %d exceeds max model len %d", d.DefaultMaxTokens, d.MaxModelLen)
+	}
+	return nil
+}
+
+// withDefaults returns c with every zero field replaced by its default.
+func (c Config) withDefaults() Config {
+	setStr := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	setInt := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setFloat := func(p *float64, v float64) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setStr(&c.ID, DefaultID)
+	setStr(&c.Model, DefaultModel)
+	setInt(&c.MaxNumSeqs, DefaultMaxNumSeqs)
+	setFloat(&c.PrefillTokensPerSec, DefaultPrefillTokensPerSec)
+	setFloat(&c.DecodeTokensPerSec, DefaultDecodeTokensPerSec)
+	setInt(&c.BlockSize, DefaultBlockSize)
+	setInt(&c.CacheBlocks, DefaultCacheBlocks)
+	setFloat(&c.Speed, DefaultSpeed)
+	setInt(&c.DefaultMaxTokens, DefaultMaxTokens)
+	setInt(&c.MaxModelLen, DefaultMaxModelLen)
+	setInt(&c.MaxRecords, DefaultMaxRecords)
+	setInt(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// prefillTime is how long a sequence prefills n uncached tokens.
+func (c Config) prefillTime(n int) time.Duration {
+	return rateDuration(n, c.PrefillTokensPerSec*c.Speed)
+}
+
+// decodeTime is how long a sequence takes to decode n tokens.
+func (c Config) decodeTime(n int) time.Duration {
+	return rateDuration(n, c.DecodeTokensPerSec*c.Speed)
+}
+
+// rateDuration is the time n tokens take at rate tokens per second, rounded
+// to the nanosecond.
+func rateDuration(n int, rate float64) time.Duration {
+	return time.Duration(math.Round(float64(n) / rate * float64(time.Second)))
+}

@@ -1,0 +1,60 @@
+// Package mockworker is a simulated vLLM engine behind an OpenAI-compatible
+// HTTP API, for tollgate's tests and demo. It serves POST /v1/completions
+// and /v1/chat/completions (streamed as server-sent events or as one JSON
+// answer), GET /v1/models, /health, and a vLLM-style /metrics.
+//
+// # Engine model
+//
+// A worker runs at most Config.MaxNumSeqs sequences at once; later requests
+// wait in one FIFO queue, and a finishing sequence hands its slot straight
+// to the oldest waiter. A running sequence first passes the optional Hold
+// hook (see Gate), then prefills the prompt tokens the prefix cache does not
+// hold, taking uncached / (PrefillTokensPerSec × Speed); the end of prefill
+// produces the first output token. Each further token follows the first at
+// i / (DecodeTokensPerSec × Speed), scheduled from the first token's time so
+// that timer lateness does not accumulate. Prefill and decode times of one
+// sequence do not depend on the others: the model has slots, not a shared
+// batch. Every request produces exactly max_tokens tokens (default
+// Config.DefaultMaxTokens) of filler words (FillerToken) and finishes with
+// reason "length".
+//
+// # Tokens and the prefix cache
+//
+// A prompt given as token ids is used as is. Text is tokenized by Tokenize,
+// a deterministic stand-in for a tokenizer: one token per 4 bytes. Chat
+// messages are first rendered by RenderChat. The prefix cache holds chained
+// hashes of full BlockSize-token blocks, at most CacheBlocks of them, with
+// least-recently-used eviction. As in vLLM, a prompt's blocks enter the cache
+// when its prefill ends, and the last prompt token is always computed, so a
+// lookup considers only the full blocks within the first len-1 tokens. The
+// hit length is reported as usage.prompt_tokens_details.cached_tokens and
+// removed from the prefill work.
+//
+// # Observability
+//
+// Stats counts requests received, started, finished and cancelled, the
+// current and peak running count, and token totals; Await waits for a
+// condition on them without polling. Records keeps, per request, its ID
+// (x-request-id, or a generated one), the headers it arrived with, its
+// arrival, admission, first-token and finish times, and its token counts.
+// /metrics exposes vllm:num_requests_running, vllm:num_requests_waiting,
+// vllm:prompt_tokens_total, vllm:generation_tokens_total,
+// vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (in
+// tokens), vllm:kv_cache_usage_perc, vllm:request_success_total and latency
+// histograms, from a registry of the worker's own.
+//
+// # Concurrency and lifecycle
+//
+// Every request runs on its HTTP handler's goroutine; the worker starts no
+// other goroutine except the server goroutine of Listen. One mutex guards
+// the engine's slots, queue, cache, counters and records. A request ends
+// early, freeing its slot or leaving the queue at once, when its client
+// goes away (the request context ends) or when the worker closes. Close
+// cancels every request, stops the listener and waits for everything the
+// worker started. Hold runs on the request's goroutine while the request
+// occupies a slot, and Speed does not shorten it.
+//
+// The command in cmd/mockworker runs one worker:
+//
+//	go run ./test/mockworker/cmd/mockworker --addr 127.0.0.1:8000 --speed 10
+package mockworker
