@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/tollgate/tollgate/extproc"
+)
+
+// runCheckConfig validates every file and flag the serving command would
+// use, builds the scheduler over the initial worker set (which checks the
+// SMG reservations against its capacity), and prints every problem.
+func runCheckConfig(args []string, stdout, stderr io.Writer) error {
+	var o options
+	fs := newFlagSet("check-config", &o)
+	fs.SetOutput(stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	problems := checkConfig(&o)
+	if len(problems) == 0 {
+		fmt.Fprintln(stdout, "configuration ok")
+		return nil
+	}
+	for _, p := range problems {
+		fmt.Fprintf(stdout, "problem: %s\n", p)
+	}
+	return fmt.Errorf("%d problem(s) found", len(problems))
+}
+
+// checkConfig returns every problem with o, one message each.
+func checkConfig(o *options) []string {
+	st, err := o.build(slog.New(slog.DiscardHandler))
+	if err == nil {
+		_, err = extproc.New(st.cfg, st.workers)
+	}
+	return splitJoined(err)
+}
+
+// splitJoined flattens an errors.Join tree into one line per leaf error.
+func splitJoined(err error) []string {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []string
+		for _, e := range j.Unwrap() {
+			out = append(out, splitJoined(e)...)
+		}
+		return out
+	}
+	var msgs []string
+	for line := range strings.SplitSeq(err.Error(), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			msgs = append(msgs, line)
+		}
+	}
+	return msgs
+}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/tokenize"
+	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/policy"
+)
+
+// options holds every serving flag. check-config takes the same set.
+type options struct {
+	grpcAddr    string
+	metricsAddr string
+	workersFile string
+	logLevel    string
+
+	routerPolicyConfig   string
+	routerQueueThreshold optionalFloat
+	routerQueuePolicy    string
+	routerTemperature    float64
+	prefillLoadScale     float64
+	overlapCredit        float64
+	blockSize            uint64
+	routerTTLSecs        uint64
+	seed                 uint64
+
+	priorityEnabled   bool
+	priorityConfig    string
+	defaultMaxClass   string
+	tenantMetricTopN  int
+	maxConcurrent     int
+	tenantAPIKeys     stringList
+	tenantAPIKeysFile string
+	apiKey            string
+	trustTenantHeader bool
+	tenantHeaderName  string
+	clientIPSource    string
+	forwardedForHops  int
+
+	tokenizer              string
+	envoyMessageTimeout    time.Duration
+	envoyMaxMessageTimeout time.Duration
+	maxBodyBytes           int
+
+	grpcTLSCert  string
+	grpcTLSKey   string
+	grpcClientCA string
+
+	drainDelay      time.Duration
+	shutdownTimeout time.Duration
+
+	discovery discoveryOptions
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// optionalFloat is a float flag that remembers whether it was set.
+type optionalFloat struct {
+	v   float64
+	set bool
+}
+
+func (f *optionalFloat) String() string {
+	if !f.set {
+		return ""
+	}
+	return strconv.FormatFloat(f.v, 'g', -1, 64)
+}
+
+func (f *optionalFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("not a number")
+	}
+	f.v, f.set = v, true
+	return nil
+}
+
+// newFlagSet registers every serving flag on a new FlagSet named name.
+func newFlagSet(name string, o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: tollgate %s [flags]\n\nFlags (write them as -name or --name):\n", name)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.grpcAddr, "grpc-addr", ":9002", "ext_proc gRPC listen address")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9090", "listen address of /metrics, /healthz and /readyz")
+	fs.StringVar(&o.workersFile, "workers", "", "workers YAML file (reloaded on SIGHUP and when it changes)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+
+	fs.StringVar(&o.routerPolicyConfig, "router-policy-config", "", "Dynamo router policy YAML (policy classes, buckets, quanta)")
+	fs.Var(&o.routerQueueThreshold, "router-queue-threshold", "busy fraction of max_num_batched_tokens for the synthetic default class (unset: no queueing)")
+	fs.StringVar(&o.routerQueuePolicy, "router-queue-policy", "fcfs", "queue policy of the synthetic default class: fcfs or wspt")
+	fs.Float64Var(&o.routerTemperature, "router-temperature", 0, "softmax temperature of worker selection (0: lowest cost wins)")
+	fs.Float64Var(&o.prefillLoadScale, "router-prefill-load-scale", 1, "weight of prefill blocks in the worker cost")
+	fs.Float64Var(&o.overlapCredit, "router-kv-overlap-score-credit", 1, "credit per cached block in the worker cost")
+	fs.Uint64Var(&o.blockSize, "block-size", sched.DefaultBlockSize, "KV block size in tokens")
+	fs.Uint64Var(&o.routerTTLSecs, "router-ttl-secs", uint64(extproc.DefaultRouterTTL/time.Second), "seconds a routed prefix stays in the prefix index")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed of the worker-selection tie-breaker (0: random)")
+
+	fs.BoolVar(&o.priorityEnabled, "priority-scheduler-enabled", false, "enable SMG priority admission (slot reservations, preemption)")
+	fs.StringVar(&o.priorityConfig, "priority-scheduler-config", "", "SMG priority scheduler YAML (classes, tenant_policies)")
+	fs.StringVar(&o.defaultMaxClass, "priority-scheduler-default-max-class", "default", "priority ceiling of tenants not in tenant_policies")
+	fs.IntVar(&o.tenantMetricTopN, "priority-scheduler-tenant-metric-top-n", extproc.DefaultTenantMetricTopN, "distinct tenant label values in metrics; the rest are \"other\"")
+	fs.IntVar(&o.maxConcurrent, "max-concurrent-requests", -1, "SMG capacity while no worker is known (negative: 1024)")
+	fs.Var(&o.tenantAPIKeys, "tenant-api-key", "tenant API key as ID:KEY (repeatable); requests then need a matching bearer token")
+	fs.StringVar(&o.tenantAPIKeysFile, "tenant-api-keys-file", "", "file of tenant API keys, one ID:KEY per line")
+	fs.StringVar(&o.apiKey, "api-key", "", "shared API key; its tenant is auth:<sha256 hex>")
+	fs.BoolVar(&o.trustTenantHeader, "trust-tenant-header", false, "take the tenant from the tenant header when no key matched")
+	fs.StringVar(&o.tenantHeaderName, "tenant-header-name", extproc.DefaultTenantHeaderName, "tenant header name")
+	fs.StringVar(&o.clientIPSource, "client-ip-source", "source-address", "client address for ip: tenants: source-address (request attribute) or x-forwarded-for")
+	fs.IntVar(&o.forwardedForHops, "forwarded-for-trusted-hops", 0, "x-forwarded-for entries, from the right, added by trusted proxies")
+
+	fs.StringVar(&o.tokenizer, "tokenizer", "estimate", "prompt tokenizer: estimate, tiktoken:<encoding> or hf:<tokenizer.json>")
+	fs.DurationVar(&o.envoyMessageTimeout, "envoy-message-timeout", extproc.DefaultEnvoyMessageTimeout, "Envoy's ext_proc message_timeout")
+	fs.DurationVar(&o.envoyMaxMessageTimeout, "envoy-max-message-timeout", extproc.DefaultEnvoyMaxMessageTimeout, "Envoy's max_message_timeout (0: overrides disabled)")
+	fs.IntVar(&o.maxBodyBytes, "max-body-bytes", extproc.DefaultMaxBodyBytes, "largest request body accepted (413 above)")
+
+	fs.StringVar(&o.grpcTLSCert, "grpc-tls-cert", "", "PEM certificate of the gRPC listener")
+	fs.StringVar(&o.grpcTLSKey, "grpc-tls-key", "", "PEM key of the gRPC listener")
+	fs.StringVar(&o.grpcClientCA, "grpc-client-ca", "", "PEM CA that client certificates must chain to (mTLS)")
+
+	fs.DurationVar(&o.drainDelay, "drain-delay", extproc.DefaultDrainDelay, "on SIGTERM, time between failing readiness and shedding the queue")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", extproc.DefaultShutdownTimeout, "on SIGTERM, time in-flight streams get to finish")
+	registerDiscoveryFlags(fs, &o.discovery)
+	return fs
+}
+
+// setup is everything the options resolve to.
+type setup struct {
+	cfg     extproc.Config
+	workers []extproc.Worker
+}
+
+// build loads every file the options name and builds the server
+// configuration. It reports every problem it finds, joined.
+func (o *options) build(log *slog.Logger) (*setup, error) {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	cfg := extproc.Config{
+		Logger:                  log,
+		MaxBodyBytes:            o.maxBodyBytes,
+		EnvoyMessageTimeout:     o.envoyMessageTimeout,
+		EnvoyMaxMessageTimeout:  o.envoyMaxMessageTimeout,
+		RouterTTL:               time.Duration(o.routerTTLSecs) * time.Second,
+		TenantMetricTopN:        o.tenantMetricTopN,
+		ForwardedForTrustedHops: o.forwardedForHops,
+		DrainDelay:              o.drainDelay,
+		ShutdownTimeout:         o.shutdownTimeout,
+		GRPC:                    extproc.GRPCConfig{TLSCert: o.grpcTLSCert, TLSKey: o.grpcTLSKey, ClientCA: o.grpcClientCA},
+	}
+	if o.envoyMaxMessageTimeout == 0 {
+		cfg.EnvoyMaxMessageTimeout = -1 // the flag's 0 means overrides are off
+	}
+	if o.drainDelay == 0 {
+		cfg.DrainDelay = -1
+	}
+	if o.maxBodyBytes <= 0 {
+		add(fmt.Errorf("--max-body-bytes must be positive, got %d", o.maxBodyBytes))
+	}
+	if o.blockSize == 0 {
+		add(errors.New("--block-size must be positive"))
+	}
+	if o.routerTTLSecs == 0 {
+		add(errors.New("--router-ttl-secs must be positive"))
+	}
+	if o.tenantMetricTopN <= 0 {
+		add(fmt.Errorf("--priority-scheduler-tenant-metric-top-n must be positive, got %d", o.tenantMetricTopN))
+	}
+	if _, err := parseLevel(o.logLevel); err != nil {
+		add(err)
+	}
+	ip, err := extproc.ParseClientIPSource(o.clientIPSource)
+	add(err)
+	cfg.ClientIP = ip
+
+	if o.tokenizer != "estimate" {
+		tok, err := tokenize.New(o.tokenizer)
+		add(err)
+		cfg.Tokenizer = tok
+	}
+
+	var pf *policy.PriorityFile
+	if o.priorityEnabled {
+		pf = policy.DefaultPriorityFile()
+		if o.priorityConfig != "" {
+			f, err := policy.LoadPriorityConfig(o.priorityConfig)
+			add(err)
+			if f != nil {
+				pf = f
+			}
+		}
+	} else if o.priorityConfig != "" {
+		add(errors.New("--priority-scheduler-config needs --priority-scheduler-enabled"))
+	}
+
+	sc, err := o.schedConfig(pf)
+	add(err)
+	cfg.Sched = sc
+
+	ten, err := o.tenancy(pf)
+	add(err)
+	cfg.Tenancy = ten
+
+	var workers []extproc.Worker
+	if o.workersFile != "" {
+		workers, err = extproc.LoadWorkersFile(o.workersFile)
+		add(err)
+	}
+	add(o.discovery.validate(o))
+	add(cfg.Validate())
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &setup{cfg: cfg, workers: workers}, nil
+}
+
+// schedConfig resolves the scheduling-core flags and the router policy
+// file; pf is the priority file when priority admission is on.
+func (o *options) schedConfig(pf *policy.PriorityFile) (sched.Config, error) {
+	var errs []error
+	sc := sched.Config{
+		BlockSize: o.blockSize,
+		Selection: sched.SelectionConfig{
+			PrefillLoadScale: o.prefillLoadScale,
+			OverlapCredit:    o.overlapCredit,
+			Temperature:      o.routerTemperature,
+		},
+	}
+	if o.routerTemperature < 0 || o.prefillLoadScale < 0 || o.overlapCredit < 0 {
+		errs = append(errs, errors.New("--router-temperature, --router-prefill-load-scale and --router-kv-overlap-score-credit must be >= 0"))
+	}
+	if o.maxConcurrent >= 0 && o.maxConcurrent <= 65535 {
+		sc.FallbackCapacity = uint32(o.maxConcurrent)
+	}
+	seed := o.seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	sc.Rand = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+
+	var frac *float64
+	if o.routerQueueThreshold.set {
+		frac = &o.routerQueueThreshold.v
+	}
+	fallback, err := policy.SyntheticDefault(frac, o.routerQueuePolicy)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if o.routerPolicyConfig != "" {
+		pc, err := policy.LoadRouterPolicy(o.routerPolicyConfig)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			sc.Policy = *pc
+		}
+	}
+	sc.Policy.Fallback = fallback
+
+	if pf != nil {
+		sc.Priority = pf.PriorityConfig()
+	}
+	return sc, errors.Join(errs...)
+}
+
+// tenancy resolves the tenant flags and the priority file's tenant policies.
+func (o *options) tenancy(pf *policy.PriorityFile) (*extproc.Tenancy, error) {
+	var errs []error
+	keys := append([]string(nil), o.tenantAPIKeys...)
+	if o.tenantAPIKeysFile != "" {
+		fk, err := readKeysFile(o.tenantAPIKeysFile)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		keys = append(keys, fk...)
+	}
+	tenants, err := policy.NewTenants(policy.TenantOptions{
+		TenantAPIKeys: keys,
+		APIKey:        o.apiKey,
+		TrustHeader:   o.trustTenantHeader,
+		HeaderName:    o.tenantHeaderName,
+	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	// extproc.Config.Validate checks DefaultMaxClass.
+	t := &extproc.Tenancy{Tenants: tenants, PriorityFile: pf, DefaultMaxClass: o.defaultMaxClass}
+	return t, errors.Join(errs...)
+}
+
+// readKeysFile reads one ID:KEY per line; blank lines and # comments are skipped.
+func readKeysFile(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tenant API keys file: %w", err)
+	}
+	var keys []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if _, _, err := policy.ParseTenantAPIKey(line); err != nil {
+			return nil, fmt.Errorf("tenant API keys file %s line %d: %w", path, n, err)
+		}
+		keys = append(keys, line)
+	}
+	return keys, sc.Err()
+}
+
+// parseLevel parses --log-level.
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level: unknown level %q (want debug, info, warn or error)", s)
+	}
+	return l, nil
+}

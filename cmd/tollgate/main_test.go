@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var update = flag.Bool("update", false, "rewrite the README flag reference from --help")
+
+func runArgs(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(t.Context(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestRun_Help(t *testing.T) {
+	code, out, _ := runArgs(t, "help")
+	if code != 0 || !strings.Contains(out, "check-config") {
+		t.Fatalf("help: code %d, output %q", code, out)
+	}
+}
+
+func TestRun_UnknownCommand(t *testing.T) {
+	code, _, errs := runArgs(t, "frobnicate")
+	if code != 2 || !strings.Contains(errs, `unknown command "frobnicate"`) {
+		t.Fatalf("code %d, stderr %q", code, errs)
+	}
+}
+
+func TestRun_BadFlagIsUsageError(t *testing.T) {
+	code, _, errs := runArgs(t, "check-config", "--no-such-flag")
+	if code != 2 || !strings.Contains(errs, "no-such-flag") {
+		t.Fatalf("code %d, stderr %q", code, errs)
+	}
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const twoWorkers = `workers:
+  - id: w1
+    address: 127.0.0.1:18001
+    max_running_requests: 128
+  - id: w2
+    address: 127.0.0.1:18002
+    max_running_requests: 128
+`
+
+func TestCheckConfig_ExamplesAreValid(t *testing.T) {
+	workers := writeFile(t, "workers.yaml", twoWorkers)
+	for _, args := range [][]string{
+		{"--workers", workers},
+		{"--workers", workers, "--router-policy-config", "../../examples/policy-class-queues.yaml"},
+		{"--workers", workers, "--router-policy-config", "../../examples/premium_4x.yaml"},
+		{"--workers", workers, "--priority-scheduler-enabled", "--priority-scheduler-config", "../../examples/priority.yaml"},
+	} {
+		code, out, errs := runArgs(t, append([]string{"check-config"}, args...)...)
+		if code != 0 || !strings.Contains(out, "configuration ok") {
+			t.Errorf("check-config %v: code %d\nstdout %s\nstderr %s", args, code, out, errs)
+		}
+	}
+}
+
+func TestCheckConfig_ReportsEveryProblem(t *testing.T) {
+	badPolicy := writeFile(t, "policy.yaml", "default_policy_family: x\nuncached_isl_buckets: []\npolicy_classes: []\n")
+	badWorkers := writeFile(t, "workers.yaml", "workers:\n  - id: w1\n    address: worker.local:8000\n")
+	code, out, _ := runArgs(t, "check-config",
+		"--router-policy-config", badPolicy,
+		"--workers", badWorkers,
+		"--tokenizer", "bogus",
+		"--log-level", "loud",
+		"--priority-scheduler-default-max-class", "urgent",
+	)
+	if code != 1 {
+		t.Fatalf("code %d, want 1; output:\n%s", code, out)
+	}
+	for _, want := range []string{
+		"invalid router policy config: root policy_classes must not be empty",
+		"worker.local:8000",
+		`unknown tokenizer "bogus"`,
+		`unknown level "loud"`,
+		`"urgent"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "problem: "); n != 5 {
+		t.Errorf("%d problems printed, want 5:\n%s", n, out)
+	}
+}
+
+func TestCheckConfig_ReservationsExceedCapacity(t *testing.T) {
+	workers := writeFile(t, "workers.yaml", "workers:\n  - id: w1\n    address: 127.0.0.1:18001\n    max_running_requests: 100\n")
+	code, out, _ := runArgs(t, "check-config", "--workers", workers, "--priority-scheduler-enabled")
+	if code != 1 || !strings.Contains(out, "sum of class reservations (142) exceeds capacity (100)") {
+		t.Fatalf("code %d, output %q", code, out)
+	}
+}
+
+// TestServe_ReadyThenDrains starts the real server on loopback, checks
+// /readyz and /metrics, then cancels the context and expects a clean stop.
+func TestServe_ReadyThenDrains(t *testing.T) {
+	workers := writeFile(t, "workers.yaml", twoWorkers)
+	o := options{}
+	fs := newFlagSet("serve", &o)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--workers", workers, "--drain-delay", "0", "--shutdown-timeout", "2s"}); err != nil {
+		t.Fatal(err)
+	}
+	log := discardLogger()
+	st, err := o.build(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	addrs := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, &o, st, log, func(_, metrics string) { addrs <- metrics })
+	}()
+	var metrics string
+	select {
+	case metrics = <-addrs:
+	case err := <-done:
+		t.Fatalf("serve returned early: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not come up")
+	}
+	for path, want := range map[string]string{"/readyz": "ready", "/healthz": "ok", "/metrics": "smg_scheduler_utilization"} {
+		body := httpGet(t, "http://"+metrics+path)
+		if !strings.Contains(body, want) {
+			t.Errorf("%s: %q lacks %q", path, body, want)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestREADME_FlagReference keeps the README's flag reference equal to
+// `tollgate serve --help`. Run with -update to rewrite it.
+func TestREADME_FlagReference(t *testing.T) {
+	const begin, end = "<!-- flags:begin -->\n", "<!-- flags:end -->"
+	_, _, help := runArgs(t, "serve", "--help")
+	want := begin + "```text\n" + help + "```\n" + end
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, j := bytes.Index(readme, []byte(begin)), bytes.Index(readme, []byte(end))
+	if i < 0 || j < i {
+		t.Fatalf("README.md lacks the %q ... %q markers", begin, end)
+	}
+	got := string(readme[i : j+len(end)])
+	if got == want {
+		return
+	}
+	if *update {
+		out := append(append(append([]byte{}, readme[:i]...), want...), readme[j+len(end):]...)
+		if err := os.WriteFile("../../README.md", out, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("README flag reference is stale; run: go test ./cmd/tollgate -run TestREADME_FlagReference -update")
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

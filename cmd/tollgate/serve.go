@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tollgate/tollgate/extproc"
+)
+
+// runServe parses the serving flags and serves until ctx ends (SIGTERM or
+// SIGINT), then drains gracefully.
+func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+	var o options
+	fs := newFlagSet("serve", &o)
+	fs.SetOutput(stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	level, err := parseLevel(o.logLevel)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	st, err := o.build(log)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, &o, st, log, nil)
+}
+
+// listening, when non-nil, receives the bound gRPC and metrics addresses
+// once both listeners are up (tests use it with ":0" addresses).
+type listening func(grpcAddr, metricsAddr string)
+
+// serve runs the server described by st until ctx ends, then drains.
+func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up listening) error {
+	srv, err := extproc.New(st.cfg, st.workers)
+	if err != nil {
+		return err
+	}
+	gopts, err := extproc.ServerOptions(st.cfg)
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer(gopts...)
+	srv.Register(gs)
+
+	var lc net.ListenConfig
+	gl, err := lc.Listen(ctx, "tcp", o.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("grpc listener: %w", err)
+	}
+	ml, err := lc.Listen(ctx, "tcp", o.metricsAddr)
+	if err != nil {
+		_ = gl.Close()
+		return fmt.Errorf("metrics listener: %w", err)
+	}
+	hs := &http.Server{Handler: srv.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Run(runCtx) })
+	errc := make(chan error, 2)
+	wg.Go(func() { errc <- ignoreClosed(gs.Serve(gl)) })
+	wg.Go(func() { errc <- ignoreClosed(hs.Serve(ml)) })
+
+	if o.workersFile != "" {
+		w := extproc.NewFileWatcher(o.workersFile, srv.SetWorkers, log, 0)
+		wg.Go(func() { _ = w.Run(runCtx) })
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		wg.Go(func() {
+			for {
+				select {
+				case <-runCtx.Done():
+					return
+				case <-hup:
+					if err := w.Reload(); err == nil {
+						log.Info("workers file reloaded", "path", o.workersFile)
+					}
+				}
+			}
+		})
+	}
+	if err := startDiscovery(runCtx, o, srv, log, &wg); err != nil {
+		stopRun()
+		_ = hs.Close()
+		gs.Stop()
+		wg.Wait()
+		return err
+	}
+	log.Info("serving", "grpc", gl.Addr().String(), "metrics", ml.Addr().String(), "workers", len(st.workers))
+	if up != nil {
+		up(gl.Addr().String(), ml.Addr().String())
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	log.Info("shutting down")
+	drainCtx, cancel := context.WithTimeout(context.Background(), st.cfg.DrainDelay+st.cfg.ShutdownTimeout+5*time.Second)
+	if err := srv.Drain(drainCtx); err != nil {
+		log.Warn("drain incomplete", "error", err)
+	}
+	cancel()
+	stopGRPC(gs, 5*time.Second)
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = hs.Shutdown(shutCtx)
+	cancel()
+	stopRun()
+	srv.Wait()
+	wg.Wait()
+	return serveErr
+}
+
+// stopGRPC stops gs gracefully, forcing it after timeout.
+func stopGRPC(gs *grpc.Server, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		gs.Stop()
+		<-done
+	}
+}
+
+func ignoreClosed(err error) error {
+	if err == nil || errors.Is(err, grpc.ErrServerStopped) || errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
