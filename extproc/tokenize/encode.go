@@ -1,0 +1,110 @@
+package tokenize
+
+import (
+	"sync"
+	"unicode/utf8"
+)
+
+// BPE is a byte-pair-encoding tokenizer: a HuggingFace tokenizer.json
+// (LoadHF, ParseHF) or a tiktoken encoding (NewTiktoken). Encode follows the
+// HuggingFace pipeline: split out added tokens, normalize each remaining
+// segment, pre-tokenize it, BPE-encode each piece, then add the
+// post-processor's special tokens (as encode with add_special_tokens does).
+// Added tokens are matched in the raw text, before normalization. A BPE is
+// immutable after loading and safe for concurrent use.
+type BPE struct {
+	exact
+	added      *addedVocab
+	normalize  normalizer
+	pre        preTokenizer
+	model      *bpeModel
+	prefix     []uint32
+	suffix     []uint32
+	workspaces sync.Pool
+}
+
+// Encode appends the token ids of text to dst. The model name is ignored:
+// one tokenizer serves one model family. Invalid UTF-8 is encoded as if
+// each bad byte were U+FFFD, as a JSON decoder would have delivered it.
+func (t *BPE) Encode(_, text string, dst []uint32) ([]uint32, int) {
+	if !utf8.ValidString(text) {
+		text = string([]rune(text))
+	}
+	start := len(dst)
+	dst = append(dst, t.prefix...)
+	ws := t.workspaces.Get().(*workspace)
+	t.added.split(text,
+		func(seg string, first bool) { dst = t.encodeSegment(ws, seg, first, dst) },
+		func(id uint32) { dst = append(dst, id) })
+	ws.trim()
+	t.workspaces.Put(ws)
+	dst = append(dst, t.suffix...)
+	return dst, len(dst) - start
+}
+
+func (t *BPE) encodeSegment(ws *workspace, seg string, first bool, dst []uint32) []uint32 {
+	if t.normalize != nil {
+		seg = t.normalize(seg)
+	}
+	p := piece{s: seg, first: first}
+	var pieces []piece
+	if t.pre == nil {
+		pieces = t.model.splitWords(ws.pieces[:0], p)
+	} else {
+		pieces = t.pre.split(ws, ws.pieces[:0], p)
+	}
+	for _, q := range pieces {
+		dst = t.model.encodeWord(ws, q, dst)
+	}
+	clear(pieces) // drop string references held by the pooled buffer
+	ws.pieces = pieces[:0]
+	return dst
+}
+
+// workspace is per-call scratch space.
+type workspace struct {
+	syms   []symbol
+	heap   []uint64
+	word   []byte
+	runes  []rune
+	offs   []int
+	pieces []piece
+	tmp    []piece
+	spans  []span
+
+	// cache remembers the ids of short pieces already encoded: words
+	// repeat, and most of a prompt's cost is merging them. ids[v>>32 :
+	// v>>32+v&0xffffffff] are the ids of the piece cached under key v.
+	cache    map[string]uint64
+	cacheIDs []uint32
+}
+
+// Word cache bounds: pieces up to cacheMaxPiece bytes are cached, and the
+// cache starts over after cacheMaxEntries pieces.
+const (
+	cacheMaxPiece   = 48
+	cacheMaxEntries = 4096
+)
+
+// maxKeptScratch bounds the slices a pooled workspace keeps between calls,
+// so one huge prompt does not pin its scratch space.
+const maxKeptScratch = 1 << 16
+
+// trim drops oversized scratch slices before the workspace is pooled.
+func (ws *workspace) trim() {
+	if cap(ws.syms) > maxKeptScratch {
+		ws.syms = nil
+	}
+	if cap(ws.heap) > maxKeptScratch {
+		ws.heap = nil
+	}
+	if cap(ws.word) > maxKeptScratch {
+		ws.word = nil
+	}
+	if cap(ws.runes) > maxKeptScratch {
+		ws.runes, ws.offs = nil, nil
+	}
+	if cap(ws.pieces) > maxKeptScratch || cap(ws.tmp) > maxKeptScratch || cap(ws.spans) > maxKeptScratch {
+		ws.pieces, ws.tmp, ws.spans = nil, nil, nil
+	}
+}
