@@ -1,0 +1,61 @@
+package charttest
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSchemaRejectsBadValues: values.schema.json must refuse each of these
+// before anything renders.
+func TestSchemaRejectsBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"unknown top-level key", "replicas: 2\n", "replicas"},
+		{"unknown nested key", "image: {tagg: v1}\n", "tagg"},
+		{"integration enum", "integration: nginx\n", "integration"},
+		{"wrong type", "image: {tag: 5}\n", "tag"},
+		{"negative replicas", "replicaCount: -1\n", "replicaCount"},
+		{"port range", "ports: {grpc: 70000}\n", "grpc"},
+		{"duration format", "envoy: {messageTimeout: 1 second}\n", "messageTimeout"},
+		{"worker address is a hostname", "config: {workers: [{id: w0, address: \"vllm:8000\"}]}\n", "address"},
+		{"worker without id", "config: {workers: [{address: \"10.0.0.5:8000\"}]}\n", "id"},
+		{"worker unknown field", "config: {workers: [{id: w0, address: \"10.0.0.5:8000\", gpu: 1}]}\n", "gpu"},
+		{"tenant id with colon", "tenants: {apiKeys: [{id: \"a:b\", key: k}]}\n", "id"},
+		{"app protocol", "service: {grpcAppProtocol: http}\n", "grpcAppProtocol"},
+		{"priority class", "config: {priorityScheduler: {defaultMaxClass: gold}}\n", "defaultMaxClass"},
+		{"log level", "logLevel: verbose\n", "logLevel"},
+		{"buffer quantity", "envoyGateway: {clientTrafficPolicy: {bufferLimit: 8 MiB}}\n", "bufferLimit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := renderChart(t, values(t, tc.doc))
+			if err == nil {
+				t.Fatal("rendered; want a schema error")
+			}
+			if !strings.Contains(err.Error(), "values don't meet the specifications of the schema") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v; want a schema error naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTemplatesRejectBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"grace period too short", "terminationGracePeriodSeconds: 35\n", "must exceed shutdown.drainDelaySeconds + shutdown.timeoutSeconds"},
+		{"TLS without a secret", "grpcTLS: {enabled: true}\n", "grpcTLS.secretName is required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := renderChart(t, values(t, tc.doc))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v; want one containing %q", err, tc.want)
+			}
+		})
+	}
+	// A long enough grace period is taken as given.
+	d, _ := mustRender(t, values(t, "terminationGracePeriodSeconds: 36\n")).deployment(t)
+	if gp := d.Spec.Template.Spec.TerminationGracePeriodSeconds; gp == nil || *gp != 36 {
+		t.Errorf("terminationGracePeriodSeconds = %v; want 36", gp)
+	}
+}
