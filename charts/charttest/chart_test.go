@@ -20,16 +20,20 @@ import (
 const sampleConfig = `
 config:
   workers:
-  - {id: w0, address: "10.0.0.5:8000", max_running_requests: 64, model: llama}
-  - {id: w1, address: "10.0.0.6:8000", dp_size: 2, dp_start_rank: 0}
+  - {id: w0, address: "10.0.0.5:8000", max_running_requests: 128, model: llama}
+  - {id: w1, address: "10.0.0.6:8000", max_running_requests: 128, dp_size: 2, dp_start_rank: 0}
   routerPolicy:
-    classes:
-    - name: interactive
+    default_policy_family: regular
+    uncached_isl_buckets:
+    - {min_tokens: 0, bucket: all}
+    policy_classes:
+    - {name: premium, policy_family: premium, cache_bucket: all, quantum: 512, prefill_busy_threshold: 1536}
+    - {name: regular, policy_family: regular, cache_bucket: all, quantum: 128, prefill_busy_threshold: 1536}
   priorityScheduler:
     enabled: true
     config:
       classes:
-        bulk: {queue_timeout_secs: 300}
+        bulk: {reserved_floor: 0, queue_size: 2048, queue_timeout_secs: 300, starvation_threshold_secs: 120, can_preempt: false}
     defaultMaxClass: default
 `
 
