@@ -20,4 +20,44 @@
 // its slot and its worker booking until Done or Cancel; FirstToken releases
 // its prefill tokens early. Every call returns the actions it caused, in
 // order; the returned slice is reused by the next call, so copy to retain.
+//
+// # The unified queue model
+//
+// Each served model name has one queue: a DRR ring over the policy classes of
+// the model's profile (Config.Policy.ProfileFor), created on the first request
+// for a model that some worker serves. A queued request sits in one lane of
+// its class (shared, or the exact (worker, rank) it is pinned to) and on the
+// wait list of its priority class. A dispatch pass pops one entry per queue
+// in round-robin across models until no queue yields; it runs after every
+// call that can make a queued request dispatchable, including every enqueue
+// (upstream Dynamo waits for the next load event instead).
+//
+// A lane head is dispatchable when both gates pass. The worker gate
+// (Dynamo), only for a class with a busy threshold: not every eligible rank
+// is prefill-busy (or, with busy_worker_ratio, fewer than ratio × eligible
+// ranks are), or the pinned rank is not busy. The slot gate (SMG), only with
+// the priority scheduler enabled, for every class: free(class) > 0 under the
+// reservation formula, or in_flight < capacity for a starvation-promoted
+// request. A request with no eligible worker at all is dispatchable, and is
+// then rejected with OutcomeNoEndpoints, so it never waits for nothing.
+//
+// An arrival queues when either gate says so: its class has a threshold and
+// already a backlog (no bypass) or a closed worker gate; or the slot gate is
+// on and a request of the same or a higher priority class is already queued
+// in its policy class (no barging: FIFO hand-off) or its class has no free
+// slot. Entry into a queue is checked in order: draining (OutcomeShutdown),
+// SMG queue_size (OutcomeQueueFull), Dynamo's per-worker limits
+// (OutcomeClassLimit). A queued arrival of a can_preempt class that found
+// no free slot then preempts at most one victim: the newest in-flight
+// request, without a first token, of the lowest class below its own. The
+// victim's slot goes to its preemptor first when the victim ends.
+//
+// Invariants: every request reaches exactly one outcome; a queued entry is
+// in exactly one lane and one wait list; the load booked on each rank equals
+// the sum over the requests in flight there; slots in flight never exceed
+// the capacity except right after a shrink, and then only decrease; no
+// queued request has passed its queue timeout after Tick(now) (priority
+// scheduler on). Timeouts and promotions are driven by NextDeadline and
+// Tick; nothing polls. Steady-state Submit, dispatch and Done allocate
+// nothing: entries are pooled and the returned actions slice is reused.
 package sched

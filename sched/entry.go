@@ -33,4 +33,27 @@ type entry struct {
 	q queueLinks
 
 	// The remaining fields are owned by scheduler.go.
+
+	state entryState
+	prio  Priority   // effective SMG class
+	flags entryFlags // first token seen, marked as a victim, preemptible
+	mq    *modelQueue
+	// enq is when the request was submitted (and queued, if it queued), as
+	// an offset from the scheduler's origin.
+	enq instant
+	// rank is the pinned rank while queued (exact lanes only) and the
+	// booked rank while in flight.
+	rank *rankState
+	// prefill is the prefill load booked on rank and not yet released.
+	prefill uint64
+	// prev and next link the entry into one intrusive list at a time: its
+	// priority's wait list while queued, its priority's preemptible list
+	// while in flight and preemptible, the free list while pooled.
+	prev, next *entry
+	// peer links a queued preemptor and its in-flight victim both ways.
+	peer *entry
+	// taints and cachedTokens are reusable copies of the request's
+	// RequiredTaints and Cached.
+	taints       []string
+	cachedTokens []CachedTokens
 }

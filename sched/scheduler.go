@@ -1,58 +1,557 @@
 package sched
 
-import "time"
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
 
 // Scheduler is the unified queue model. See the package documentation.
 type Scheduler struct {
-	cfg Config
-	// TODO: implementation.
+	cfg       Config
+	prio      bool // the SMG slot gate and its admission features are on
+	blockSize uint64
+	sel       SelectionConfig
+	rnd       *rand.Rand
+	origin    time.Time
+	originSet bool
+	draining  bool
+
+	// Worker set and load book (workers.go).
+	workers []*workerState
+	byID    map[string]*workerState
+	ranks   map[laneKey]*rankState
+
+	// Queues (queue.go). active lists the queues with queued entries; rr
+	// is the dispatch pass's round-robin position in it.
+	models      map[string]*modelQueue
+	order       []*modelQueue
+	active      []*modelQueue
+	rr          int
+	seq         uint64
+	queuedTotal int
+	wait        [NumPriorities]waitList
+
+	// Slot pool (slots.go).
+	capacity      uint32
+	reserved      [NumPriorities]uint32
+	inFlight      [NumPriorities]uint32
+	inFlightTotal uint32
+	preemptible   [NumPriorities]entryList
+	// slotBlocked records that an exact lane was found blocked by the slot
+	// gate alone, so a freed slot must release the blocked lanes.
+	slotBlocked bool
+
+	// Counters for Stats. admits counts every outcome per effective class;
+	// a preempted request counts as admitted and then as preempted.
+	admits      [NumPriorities][OutcomeClientCancelled + 1]uint64
+	preemptions [NumPriorities][NumPriorities]uint64
+	promotions  [NumPriorities]uint64
+
+	// Entries by request ID, and the pool of free ones.
+	entries map[uint64]*entry
+	pool    *entry
+
+	// Reused per call: the returned actions, the predicate given to the
+	// rings, and the selection scratch space.
+	actions      []Action
+	dispatchable func(*entry) bool
+	cands        []*rankState
+	costs        []float64
 }
+
+// entryState is where an entry is in its lifecycle.
+type entryState uint8
+
+const (
+	stateNone entryState = iota
+	stateQueued
+	stateInFlight
+)
+
+// entryFlags are per-entry booleans.
+type entryFlags uint8
+
+const (
+	// flagFirstToken: the request produced its first token.
+	flagFirstToken entryFlags = 1 << iota
+	// flagVictim: the request was preempted; it is never chosen again.
+	flagVictim
+	// flagPreemptible: the request is on its class's preemptible list.
+	flagPreemptible
+)
 
 // New builds a scheduler over an initial worker set. It fails when the SMG
 // reservations exceed the capacity of that set, with the upstream text
-// "sum of class reservations (N) exceeds capacity (M)".
+// "sum of class reservations (N) exceeds capacity (M)", and when the
+// configuration is malformed (profiles that would not resolve a request,
+// non-finite numbers).
 func New(cfg Config, workers []Worker) (*Scheduler, error) {
-	panic("unimplemented")
+	if err := validateConfig(&cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Policy.Fallback == nil {
+		cfg.Policy.Fallback = SyntheticProfile(nil, FCFS)
+	}
+	if cfg.FallbackCapacity == 0 {
+		cfg.FallbackCapacity = DefaultFallbackCapacity
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = DefaultBlockSize
+	}
+	if cfg.Selection == (SelectionConfig{}) {
+		cfg.Selection = DefaultSelection()
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.New(rand.NewPCG(0x746f6c6c, 0x67617465))
+	}
+	s := &Scheduler{
+		cfg:       cfg,
+		prio:      cfg.Priority.Enabled,
+		blockSize: cfg.BlockSize,
+		sel:       cfg.Selection,
+		rnd:       cfg.Rand,
+		origin:    cfg.Start,
+		originSet: !cfg.Start.IsZero(),
+		models:    make(map[string]*modelQueue),
+		entries:   make(map[uint64]*entry),
+	}
+	s.dispatchable = s.isDispatchable
+	s.installWorkers(workers)
+	s.capacity = workerCapacity(s.workers, cfg.FallbackCapacity)
+	desired := s.desiredReservations(s.capacity)
+	if s.prio {
+		if err := reservationError(desired, s.capacity); err != nil {
+			return nil, err
+		}
+	}
+	s.reserved = desired
+	return s, nil
 }
 
-// Submit classifies r, snapshots its cost, checks limits, then dispatches
-// it at once, queues it, or rejects it. A queueing arrival of a can_preempt
-// class that finds no slot may preempt one victim. A dispatch pass follows.
-func (s *Scheduler) Submit(now time.Time, r Request) []Action { panic("unimplemented") }
+// Submit classifies r, snapshots its cost, then dispatches it at once,
+// queues it, or rejects it; a queued arrival is followed by a dispatch pass
+// (settle). In order:
+//
+//  1. A pin is resolved and validated; an invalid one is rejected at once
+//     with OutcomePinInvalid and the upstream text.
+//  2. The cost snapshot: cached = the pinned worker's hit, or the best hit
+//     over the eligible workers, capped at ISL; cost = max(1, ISL − cached).
+//     The policy class is resolved from r.Class and the uncached tokens.
+//  3. With no eligible worker the request is rejected at once with
+//     OutcomeNoEndpoints, unless its class has a busy threshold and a
+//     backlog, in which case it joins the backlog (and is rejected when it
+//     reaches the head).
+//  4. Otherwise the arrival rule (mustQueue) decides between an immediate
+//     dispatch and the queue; entry into the queue is subject to the limits
+//     (join).
+//  5. A queued arrival of a can_preempt class that found no free slot
+//     preempts at most one victim.
+//
+// Upstream Dynamo does not drain the queue on an enqueue (a request that
+// joined a backlog waits for the next load event); here every enqueue runs
+// a dispatch pass, so a queued arrival that is dispatchable leaves at once.
+//
+// A request whose ID is already live is answered with an OutcomeUnknown
+// rejection naming the duplicate; the live request is not affected.
+func (s *Scheduler) Submit(now time.Time, r Request) []Action {
+	s.actions = s.actions[:0]
+	t := s.at(now)
+	if _, dup := s.entries[r.ID]; dup {
+		s.actions = append(s.actions, Action{
+			Kind: ActionReject, ID: r.ID, Outcome: OutcomeUnknown, Priority: r.Priority, Model: r.Model,
+			Message: fmt.Sprintf("duplicate request id %d", r.ID),
+		})
+		return s.actions
+	}
+	e := s.newEntry(&r, t)
+	profile := s.cfg.Policy.ProfileFor(r.Model)
+
+	var (
+		fault    pinFault
+		rankNo   uint32
+		pinned   string
+		eligible = true
+	)
+	if r.Pin != nil {
+		pinned = r.Pin.Worker
+		e.rank, rankNo, fault = s.resolvePin(r.Model, e.taints, *r.Pin)
+		if fault == pinOK {
+			e.lane = laneKey{worker: pinned, rank: rankNo}
+		}
+	} else {
+		eligible = s.anyEligible(r.Model, e.taints)
+	}
+	s.classify(e, &r, profile, pinned, t)
+	c := &profile.Classes[e.class]
+
+	mq := s.models[r.Model]
+	backlog := c.Queues() && mq != nil && mq.ring.classLen(e.class) > 0
+	switch {
+	case fault != pinOK:
+		s.rejectArrival(e, r.Model, c.Name, OutcomePinInvalid, s.pinMessage(pinned, rankNo, fault))
+		return s.actions
+	case !eligible && !backlog:
+		s.rejectArrival(e, r.Model, c.Name, OutcomeNoEndpoints, s.noEndpointsMessage(r.Model, e.taints))
+		return s.actions
+	}
+	if mq == nil {
+		mq = s.queueFor(r.Model, profile)
+	}
+	e.mq = mq
+
+	if eligible && !s.mustQueue(e) {
+		s.admit(e, false, t)
+		return s.actions
+	}
+	slotFull := s.prio && eligible && s.freeSlots(e.prio) == 0
+	if s.join(e, t) {
+		if slotFull && s.cfg.Priority.Classes[e.prio].CanPreempt {
+			s.preemptFor(e)
+		}
+		s.settle(e, t)
+	}
+	return s.actions
+}
+
+// settle is the dispatch pass after e was queued. Every call leaves no
+// queued entry dispatchable (but see pass on entries without workers), and
+// dispatching only adds load and takes slots, so an arrival can make only
+// itself dispatchable, and only in its own queue: the pass pops that queue
+// until e has left it or nothing yields. (After an immediate dispatch no
+// pass is needed at all, for the same reason.)
+func (s *Scheduler) settle(e *entry, t instant) {
+	mq := e.mq
+	for e.state == stateQueued && (!s.prio || s.slotsForQueued()) {
+		x := mq.ring.pop(s.dispatchable)
+		if x == nil {
+			return
+		}
+		s.unqueue(x, true)
+		s.admit(x, true, t)
+	}
+}
 
 // Cancel reports that the client went away. A queued request leaves
 // without trace (counted client_cancelled); an in-flight one releases all
 // it booked. A dispatch pass follows. Unknown IDs are ignored.
-func (s *Scheduler) Cancel(now time.Time, id uint64) []Action { panic("unimplemented") }
+func (s *Scheduler) Cancel(now time.Time, id uint64) []Action {
+	return s.end(now, id)
+}
 
 // FirstToken releases the request's prefill tokens; it can no longer be
-// preempted. A dispatch pass follows.
-func (s *Scheduler) FirstToken(now time.Time, id uint64) []Action { panic("unimplemented") }
+// preempted. A dispatch pass follows. IDs that are unknown, queued or
+// already past their first token are ignored.
+func (s *Scheduler) FirstToken(now time.Time, id uint64) []Action {
+	s.actions = s.actions[:0]
+	t := s.at(now)
+	e := s.entries[id]
+	if e == nil || e.state != stateInFlight || e.flags&flagFirstToken != 0 {
+		return s.actions
+	}
+	e.flags |= flagFirstToken
+	s.unlistPreemptible(e)
+	s.releasePrefill(e)
+	s.recheckWorker(e.rank.key.worker)
+	s.pass(t)
+	return s.actions
+}
 
 // Done releases everything the request booked. A dispatch pass follows.
-func (s *Scheduler) Done(now time.Time, id uint64) []Action { panic("unimplemented") }
+// Done for a request that is still queued acts as Cancel; unknown IDs are
+// ignored.
+func (s *Scheduler) Done(now time.Time, id uint64) []Action {
+	return s.end(now, id)
+}
+
+// end implements Cancel and Done. The slot an ending victim frees goes
+// first to its preemptor, if that one is still queued and its gates pass;
+// the preemptor then leaves its lane directly, without a DRR charge.
+func (s *Scheduler) end(now time.Time, id uint64) []Action {
+	s.actions = s.actions[:0]
+	t := s.at(now)
+	e := s.entries[id]
+	switch {
+	case e == nil:
+		return s.actions
+	case e.state == stateQueued:
+		s.unqueue(e, false)
+		s.admits[e.prio][OutcomeClientCancelled]++
+		s.recycle(e)
+		s.pass(t)
+		return s.actions
+	}
+	preemptor := e.peer
+	if preemptor != nil {
+		preemptor.peer, e.peer = nil, nil
+	}
+	worker := e.rank.key.worker
+	s.unbook(e)
+	s.releaseSlot(e)
+	s.recycle(e)
+	s.recheckWorker(worker)
+	if s.slotBlocked {
+		s.slotBlocked = false
+		s.recheckAll()
+	}
+	if preemptor != nil && s.dispatchable(preemptor) {
+		s.unqueue(preemptor, false)
+		s.admit(preemptor, true, t)
+	}
+	s.pass(t)
+	return s.actions
+}
 
 // Tick expires queue timeouts and promotes starving requests whose
 // deadlines are <= now, then runs a dispatch pass.
-func (s *Scheduler) Tick(now time.Time) []Action { panic("unimplemented") }
+func (s *Scheduler) Tick(now time.Time) []Action {
+	s.actions = s.actions[:0]
+	t := s.at(now)
+	if s.prio {
+		s.expire(t)
+		if s.promoteStarving(t) {
+			s.recheckAll()
+		}
+	}
+	s.pass(t)
+	return s.actions
+}
 
-// SetWorkers replaces the worker set. Capacity and reservations follow it;
-// queued requests pinned to a removed worker are rejected; in-flight
-// bookings on removed workers stay until those requests end.
-func (s *Scheduler) SetWorkers(now time.Time, workers []Worker) []Action { panic("unimplemented") }
+// SetWorkers replaces the worker set. Capacity and reservations follow it
+// (the runtime clamp; it never fails). Queued requests whose pin is no
+// longer valid, such as one pinned to a removed worker, are rejected with
+// OutcomePinInvalid; in-flight bookings on removed workers stay until those
+// requests end. Worker IDs are expected to be unique; later duplicates are
+// ignored.
+func (s *Scheduler) SetWorkers(now time.Time, workers []Worker) []Action {
+	s.actions = s.actions[:0]
+	t := s.at(now)
+	s.installWorkers(workers)
+	s.applyCapacity(workerCapacity(s.workers, s.cfg.FallbackCapacity))
+	for p := range s.wait {
+		for e := s.wait[p].head; e != nil; {
+			next := e.next
+			if e.lane.exact() {
+				pin := Pin{Worker: e.lane.worker, Rank: e.lane.rank, HasRank: true}
+				r, _, fault := s.resolvePin(e.mq.name, e.taints, pin)
+				if fault == pinOK {
+					e.rank = r
+				} else {
+					msg := s.pinMessage(pin.Worker, pin.Rank, fault)
+					s.unqueue(e, false)
+					s.finish(e, OutcomePinInvalid, true, t).Message = msg
+				}
+			}
+			e = next
+		}
+	}
+	s.recheckAll()
+	s.dispatchLoop(t, false)
+	return s.actions
+}
 
-// Drain rejects every queued request with OutcomeShutdown.
-func (s *Scheduler) Drain(now time.Time) []Action { panic("unimplemented") }
+// Drain rejects every queued request with OutcomeShutdown, the higher
+// priority classes first and each in enqueue order. From then on an arrival
+// that would have to queue is rejected with OutcomeShutdown too; arrivals
+// that can be dispatched at once still are.
+func (s *Scheduler) Drain(now time.Time) []Action {
+	s.actions = s.actions[:0]
+	t := s.at(now)
+	s.draining = true
+	for p := NumPriorities - 1; p >= 0; p-- {
+		for e := s.wait[p].head; e != nil; e = s.wait[p].head {
+			s.unqueue(e, false)
+			s.finish(e, OutcomeShutdown, true, t)
+		}
+	}
+	return s.actions
+}
 
 // NextDeadline returns the earliest time at which Tick has work (a queue
 // timeout or a starvation promotion), and false when there is none.
-func (s *Scheduler) NextDeadline() (time.Time, bool) { panic("unimplemented") }
-
-// Route picks the least-loaded eligible worker for a request that needs no
-// admission (GET /v1/models and the like). It books nothing.
-func (s *Scheduler) Route(model string) (worker string, rank uint32, ok bool) {
-	panic("unimplemented")
+func (s *Scheduler) NextDeadline() (time.Time, bool) {
+	d, ok := s.nextDeadline()
+	if !ok {
+		return time.Time{}, false
+	}
+	return s.origin.Add(d), true
 }
 
-// Stats returns a snapshot for metrics.
-func (s *Scheduler) Stats() Stats { panic("unimplemented") }
+// pass is the dispatch pass: one DRR pop per queue with entries, round-robin
+// across models, until no queue yields an entry. Each popped entry is
+// admitted (or, with no eligible worker left, rejected). Dispatching only
+// adds load and takes slots, so a queue that yielded nothing stays empty-
+// handed for the rest of the pass.
+//
+// With the priority scheduler on, the pass stops (or does not start) as
+// soon as the slot gate can pass no queued entry (slotsForQueued): an
+// arbitration that cannot succeed would only cost time and drop the DRR
+// carry of the last winner, which would flatten the class weights whenever
+// the slot pool is the bottleneck. A queued entry with no eligible worker,
+// which needs no slot, then waits for the next pass in which a slot is
+// free; SetWorkers, which can leave entries without workers, runs the pass
+// without this check.
+func (s *Scheduler) pass(t instant) { s.dispatchLoop(t, s.prio) }
+
+// dispatchLoop implements pass; slotCheck enables the early stop.
+func (s *Scheduler) dispatchLoop(t instant, slotCheck bool) {
+	for idle := 0; idle < len(s.active); {
+		if slotCheck && !s.slotsForQueued() {
+			return
+		}
+		if s.rr >= len(s.active) {
+			s.rr = 0
+		}
+		mq := s.active[s.rr]
+		s.rr++
+		e := mq.ring.pop(s.dispatchable)
+		if e == nil {
+			idle++
+			continue
+		}
+		idle = 0
+		s.unqueue(e, true)
+		s.admit(e, true, t)
+	}
+}
+
+// isDispatchable is the predicate the rings test lane heads with: the
+// worker gate and the slot gate both pass, or no worker is eligible at all
+// (the entry is then dispatched into its rejection instead of waiting
+// forever; it needs no slot).
+func (s *Scheduler) isDispatchable(e *entry) bool {
+	open, eligible := s.workerGate(e)
+	switch {
+	case !eligible:
+		return true
+	case !open:
+		return false
+	case s.slotOpen(e):
+		return true
+	}
+	if e.lane.exact() {
+		s.slotBlocked = true
+	}
+	return false
+}
+
+// admit dispatches e: it selects the rank, books the load and the slot, and
+// emits ActionDispatch. With no eligible rank it rejects e with
+// OutcomeNoEndpoints instead.
+func (s *Scheduler) admit(e *entry, queued bool, t instant) {
+	r := s.choose(e)
+	if r == nil {
+		msg := s.noEndpointsMessage(e.mq.name, e.taints)
+		s.finish(e, OutcomeNoEndpoints, queued, t).Message = msg
+		return
+	}
+	s.book(e, r)
+	s.takeSlot(e)
+	e.state = stateInFlight
+	s.admits[e.prio][OutcomeAdmitted]++
+	a := s.emit(ActionDispatch, e, OutcomeAdmitted)
+	a.Worker, a.Rank = r.key.worker, r.key.rank
+	if queued {
+		a.Queued, a.Wait = true, t-e.enq
+	}
+}
+
+// finish rejects the queued or arriving e with outcome, counts it and
+// recycles e. It returns the action for the caller to complete; the pointer
+// is valid until the next action is appended.
+func (s *Scheduler) finish(e *entry, o Outcome, queued bool, t instant) *Action {
+	a := s.emit(ActionReject, e, o)
+	if queued {
+		a.Queued, a.Wait = true, t-e.enq
+	}
+	s.admits[e.prio][o]++
+	s.recycle(e)
+	return a
+}
+
+// rejectArrival rejects an arrival that has no queue yet.
+func (s *Scheduler) rejectArrival(e *entry, model, class string, o Outcome, msg string) {
+	a := s.emitNamed(ActionReject, e, model, class, o)
+	a.Message = msg
+	s.admits[e.prio][o]++
+	s.recycle(e)
+}
+
+// emit appends an action about e and returns it for the caller to finish.
+func (s *Scheduler) emit(kind ActionKind, e *entry, o Outcome) *Action {
+	return s.emitNamed(kind, e, e.mq.name, e.spec().Name, o)
+}
+
+// emitNamed is emit with the queue's names given.
+func (s *Scheduler) emitNamed(kind ActionKind, e *entry, model, class string, o Outcome) *Action {
+	s.actions = append(s.actions, Action{
+		Kind:        kind,
+		ID:          e.id,
+		Outcome:     o,
+		Priority:    e.prio,
+		Model:       model,
+		PolicyClass: class,
+		ISL:         e.isl,
+		Cached:      e.cached,
+		Uncached:    e.isl - e.cached,
+	})
+	return &s.actions[len(s.actions)-1]
+}
+
+// classify takes e's cost snapshot and queue key: cached = the pinned
+// worker's hit (pinned names it) or the best hit over the eligible workers,
+// capped at ISL; cost = max(1, ISL − cached); the policy class from the
+// requested class and the uncached tokens; the FCFS score max(0, jump) −
+// seconds since the origin, or the WSPT score (1 + max(0, jump)) / cost.
+func (s *Scheduler) classify(e *entry, r *Request, profile *Profile, pinned string, t instant) {
+	e.cached = min(s.snapshotCached(e, r.Model, pinned), e.isl)
+	uncached := e.isl - e.cached
+	e.cost = max(1, uncached)
+	e.class = profile.Resolve(r.Class, uncached)
+	jump := r.PriorityJump
+	if !(jump > 0) { // also NaN
+		jump = 0
+	}
+	if profile.Classes[e.class].QueuePolicy == WSPT {
+		e.score = (1 + jump) / float64(e.cost)
+	} else {
+		e.score = jump - max(0, t.Seconds())
+	}
+}
+
+// newEntry takes an entry from the pool and fills it from r. An out-of-range
+// Priority is taken as PriorityDefault.
+func (s *Scheduler) newEntry(r *Request, t instant) *entry {
+	e := s.pool
+	if e != nil {
+		s.pool = e.next
+		e.next = nil
+	} else {
+		e = new(entry)
+	}
+	e.id = r.ID
+	e.prio = r.Priority
+	if e.prio >= NumPriorities {
+		e.prio = PriorityDefault
+	}
+	e.strict = uint32(e.prio)
+	if r.HasStrictPriority {
+		e.strict = r.StrictPriority
+	}
+	e.isl = r.ISL
+	e.enq = t
+	e.taints = append(e.taints[:0], r.RequiredTaints...)
+	e.cachedTokens = append(e.cachedTokens[:0], r.Cached...)
+	s.entries[r.ID] = e
+	return e
+}
+
+// recycle forgets e and returns it to the pool, keeping its buffers.
+func (s *Scheduler) recycle(e *entry) {
+	delete(s.entries, e.id)
+	clear(e.taints)
+	taints, cached := e.taints[:0], e.cachedTokens[:0]
+	clear(cached[:cap(cached)])
+	*e = entry{taints: taints, cachedTokens: cached, next: s.pool}
+	s.pool = e
+}

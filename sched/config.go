@@ -1,0 +1,116 @@
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// validateConfig checks the structure the scheduler relies on, so that bad
+// input gives an error instead of a panic later: profiles the policy
+// package did not build, out-of-range class indexes, non-finite numbers.
+// The policy package reports YAML problems with the upstream texts; these
+// errors only guard the scheduler.
+func validateConfig(cfg *Config) error {
+	var errs []error
+	if cfg.Policy.Root != nil {
+		errs = append(errs, validateProfile("root profile", cfg.Policy.Root))
+	}
+	models := make([]string, 0, len(cfg.Policy.Models))
+	for m := range cfg.Policy.Models {
+		models = append(models, m)
+	}
+	slices.Sort(models)
+	for _, m := range models {
+		errs = append(errs, validateProfile(fmt.Sprintf("model %q profile", m), cfg.Policy.Models[m]))
+	}
+	if cfg.Policy.Fallback != nil {
+		errs = append(errs, validateProfile("fallback profile", cfg.Policy.Fallback))
+	}
+	for p := range Priority(NumPriorities) {
+		c := &cfg.Priority.Classes[p]
+		if math.IsNaN(c.ReservedPerSlot) || math.IsInf(c.ReservedPerSlot, 0) || c.ReservedPerSlot < 0 {
+			errs = append(errs, fmt.Errorf("sched: class %s: reserved_per_slot must be finite and >= 0", p))
+		}
+		if c.QueueTimeout < 0 || c.StarvationThreshold < 0 {
+			errs = append(errs, fmt.Errorf("sched: class %s: queue timeout and starvation threshold must not be negative", p))
+		}
+	}
+	sel := cfg.Selection
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"prefill load scale", sel.PrefillLoadScale}, {"overlap credit", sel.OverlapCredit}, {"temperature", sel.Temperature}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
+			errs = append(errs, fmt.Errorf("sched: selection %s must be finite and >= 0", f.name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validateProfile checks that p resolves every request to a valid class.
+func validateProfile(where string, p *Profile) error {
+	if p == nil {
+		return fmt.Errorf("sched: %s is nil", where)
+	}
+	if len(p.Classes) == 0 {
+		return fmt.Errorf("sched: %s has no policy classes", where)
+	}
+	var errs []error
+	for i := range p.Classes {
+		c := &p.Classes[i]
+		if c.Quantum == 0 {
+			errs = append(errs, fmt.Errorf("sched: %s: policy class %q quantum must be greater than zero", where, c.Name))
+		}
+		if f := c.BusyThresholdFrac; f != nil && (math.IsNaN(*f) || math.IsInf(*f, 0) || *f < 0) {
+			errs = append(errs, fmt.Errorf("sched: %s: policy class %q busy threshold fraction must be finite and non-negative", where, c.Name))
+		}
+		if r := c.BusyWorkerRatio; math.IsNaN(r) || r < 0 || r > 1 {
+			errs = append(errs, fmt.Errorf("sched: %s: policy class %q busy worker ratio must be in [0, 1]", where, c.Name))
+		}
+	}
+	if p.Synthetic {
+		return errors.Join(errs...)
+	}
+	n := len(p.Classes)
+	if len(p.Buckets) == 0 || p.Buckets[0].MinTokens != 0 {
+		errs = append(errs, fmt.Errorf("sched: %s: buckets must start at min_tokens 0", where))
+	}
+	for i := 1; i < len(p.Buckets); i++ {
+		if p.Buckets[i].MinTokens <= p.Buckets[i-1].MinTokens {
+			errs = append(errs, fmt.Errorf("sched: %s: bucket floors must be strictly increasing", where))
+			break
+		}
+	}
+	if _, ok := p.Matrix[p.DefaultFamily]; !ok {
+		errs = append(errs, fmt.Errorf("sched: %s: default family %q has no matrix row", where, p.DefaultFamily))
+	}
+	families := make([]string, 0, len(p.Matrix))
+	for f := range p.Matrix {
+		families = append(families, f)
+	}
+	slices.Sort(families)
+	for _, f := range families {
+		row := p.Matrix[f]
+		if len(row) != len(p.Buckets) {
+			errs = append(errs, fmt.Errorf("sched: %s: family %q has %d classes for %d buckets", where, f, len(row), len(p.Buckets)))
+		}
+		for _, i := range row {
+			if i < 0 || i >= n {
+				errs = append(errs, fmt.Errorf("sched: %s: family %q names class index %d of %d", where, f, i, n))
+			}
+		}
+	}
+	names := make([]string, 0, len(p.Explicit))
+	for name := range p.Explicit {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if i := p.Explicit[name]; i < 0 || i >= n {
+			errs = append(errs, fmt.Errorf("sched: %s: explicit class %q has index %d of %d", where, name, i, n))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,6 @@
+//go:build race
+
+package sched
+
+// simRaceEnabled reports whether the race detector is on.
+const simRaceEnabled = true

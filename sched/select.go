@@ -1,0 +1,119 @@
+package sched
+
+import "math"
+
+// This file holds worker selection after admission (Dynamo's cost function)
+// and Route.
+//
+// The cost of placing a request of isl prompt tokens on rank r of worker w,
+// which holds cached_w of them (capped at isl), is
+//
+//	scale × max(0, (active_prefill + isl)/block_size − credit × cached_w/block_size)
+//	  + (active_blocks + ⌈isl/block_size⌉ − ⌊cached_w/block_size⌋)
+//
+// with scale = PrefillLoadScale and credit = OverlapCredit. The lowest cost
+// wins; exact ties are broken uniformly at random (reservoir sampling).
+// With Temperature T > 0 the rank is instead sampled with probability
+// ∝ exp(−(c − c_min) / ((c_max − c_min) × T)), uniformly when every cost is
+// equal. A pinned request takes its pin without any sampling.
+
+// rankCost returns the selection cost of isl tokens, cached of them on the
+// rank's worker, on r.
+func (s *Scheduler) rankCost(r *rankState, isl, cached uint64) float64 {
+	bs := float64(s.blockSize)
+	prefill := max(0, (float64(r.prefill)+float64(isl)-s.sel.OverlapCredit*float64(cached))/bs)
+	decode := float64(r.blocks) + float64(s.blocksOf(isl)-cached/s.blockSize)
+	return s.sel.PrefillLoadScale*prefill + decode
+}
+
+// choose selects the rank for admitted e: its pin, or the best eligible
+// rank. It returns nil when no rank is eligible.
+func (s *Scheduler) choose(e *entry) *rankState {
+	if e.lane.exact() {
+		return e.rank
+	}
+	return s.pick(e.mq.name, e.taints, e, s.sel.Temperature)
+}
+
+// pick runs the cost function over the ranks eligible for model and taints.
+// e supplies the prompt and cache hits; nil means an empty prompt (Route).
+// temperature > 0 samples the softmax instead of taking the lowest cost.
+func (s *Scheduler) pick(model string, taints []string, e *entry, temperature float64) *rankState {
+	var (
+		best     *rankState
+		bestCost float64
+		ties     int
+	)
+	s.cands, s.costs = s.cands[:0], s.costs[:0]
+	for _, w := range s.workers {
+		if !w.eligible(model, taints) {
+			continue
+		}
+		var isl, cached uint64
+		if e != nil {
+			isl = e.isl
+			cached = min(e.cachedOn(w.id), isl)
+		}
+		for _, r := range w.ranks {
+			c := s.rankCost(r, isl, cached)
+			switch {
+			case temperature > 0:
+				s.cands = append(s.cands, r)
+				s.costs = append(s.costs, c)
+			case best == nil || c < bestCost:
+				best, bestCost, ties = r, c, 1
+			case c == bestCost:
+				ties++
+				if s.rnd.IntN(ties) == 0 {
+					best = r
+				}
+			}
+		}
+	}
+	if temperature > 0 {
+		return s.sample(temperature)
+	}
+	return best
+}
+
+// sample draws one of s.cands from the softmax over normalized s.costs.
+func (s *Scheduler) sample(temperature float64) *rankState {
+	n := len(s.cands)
+	if n == 0 {
+		return nil
+	}
+	lo, hi := s.costs[0], s.costs[0]
+	for _, c := range s.costs[1:] {
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	if hi == lo {
+		return s.cands[s.rnd.IntN(n)]
+	}
+	scale := (hi - lo) * temperature
+	var sum float64
+	for i, c := range s.costs {
+		w := math.Exp(-(c - lo) / scale)
+		s.costs[i] = w
+		sum += w
+	}
+	u := s.rnd.Float64() * sum
+	for i, w := range s.costs {
+		if u < w {
+			return s.cands[i]
+		}
+		u -= w
+	}
+	return s.cands[n-1]
+}
+
+// Route picks the least-loaded eligible worker for a request that needs no
+// admission (GET /v1/models and the like): the lowest selection cost for an
+// empty prompt, ties broken at random. It books nothing. ok is false when no
+// worker serves model.
+func (s *Scheduler) Route(model string) (worker string, rank uint32, ok bool) {
+	r := s.pick(model, nil, nil, 0)
+	if r == nil {
+		return "", 0, false
+	}
+	return r.key.worker, r.key.rank, true
+}
