@@ -29,10 +29,12 @@ $(GOLANGCI):
 
 tools: $(GOLANGCI)
 
-## bench: scheduler micro-benchmarks (not part of test).
+## bench: the performance benchmark (not part of test): scheduler and tokenizer
+## micro-benchmarks, end-to-end load against a null ext_proc server, held-request
+## memory and drain. Prints one table, also written to bench-out/results.md.
+## PROFILE=1 adds CPU and allocation profiles of the server code under load.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x -count 1 ./sched/... >/dev/null
-	$(GO) test -run '^$$' -bench . -benchmem ./sched/...
+	$(GO) run ./test/bench/cmd/tollbench run -out bench-out $(if $(PROFILE),-profile)
 
 ## fuzz: a short run of every fuzz target.
 FUZZTIME ?= 20s
@@ -40,7 +42,7 @@ fuzz:
 	@for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "fuzz $$pkg $$f"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg || exit 1; \
 	  done; \
 	done
 
