@@ -194,11 +194,9 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	add(err)
 	cfg.ClientIP = ip
 
-	if o.tokenizer != "estimate" {
-		tok, err := tokenize.New(o.tokenizer)
-		add(err)
-		cfg.Tokenizer = tok
-	}
+	tok, err := tokenize.New(o.tokenizer)
+	add(err)
+	cfg.Tokenizer = tok
 
 	var pf *policy.PriorityFile
 	if o.priorityEnabled {

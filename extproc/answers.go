@@ -1,0 +1,265 @@
+package extproc
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollgate/tollgate/extproc/openai"
+	"github.com/tollgate/tollgate/sched"
+)
+
+// reason names one row of the rejection table. Every HTTP answer tollgate
+// gives instead of routing a request comes from this table; nothing else
+// chooses a status code.
+type reason uint8
+
+// Rejection reasons.
+const (
+	reasonUnknown reason = iota
+	// reasonQueueFull: SMG class queue at queue_size.
+	reasonQueueFull
+	// reasonQueueTimeout: SMG queue_timeout_secs elapsed, or Envoy's message
+	// budget would run out first.
+	reasonQueueTimeout
+	// reasonPreempted: the victim of a preemption.
+	reasonPreempted
+	// reasonClassLimit: a Dynamo per-worker queue limit (529).
+	reasonClassLimit
+	// reasonNoEndpoints: no eligible worker.
+	reasonNoEndpoints
+	// reasonPinInvalid: the pinned worker or rank is not eligible.
+	reasonPinInvalid
+	// reasonShutdown: the server is draining.
+	reasonShutdown
+	// reasonUnauthorized: a missing or unknown tenant API key.
+	reasonUnauthorized
+	// reasonBadRequest: an unparsable body or a malformed header value.
+	reasonBadRequest
+	// reasonBodyTooLarge: a body over --max-body-bytes.
+	reasonBodyTooLarge
+	// reasonHeadersTooLarge: headers over the header or metadata limits.
+	reasonHeadersTooLarge
+	numReasons
+)
+
+// bodyShape is the JSON error shape of a row.
+type bodyShape uint8
+
+const (
+	// shapeSMG: {"error":{"type":<reason phrase>,"code","message","param":null}}
+	// plus the X-SMG-Error-Code header (SMG's create_error).
+	shapeSMG bodyShape = iota + 1
+	// shapeOpenAI: the OpenAI error object, as openai.Error renders it.
+	shapeOpenAI
+	// shapeDynamoOverload: Dynamo's 529 queue-limit body.
+	shapeDynamoOverload
+)
+
+// answerRow is one row of the table.
+type answerRow struct {
+	status int
+	code   string
+	// message is the default message (upstream text where one exists).
+	message    string
+	retryAfter string
+	preempted  bool
+	shape      bodyShape
+}
+
+// answerTable maps every rejection reason to its HTTP answer.
+var answerTable = [numReasons]answerRow{
+	reasonQueueFull:       {status: http.StatusTooManyRequests, code: "scheduler_queue_full", message: "request queue is full for this priority class", retryAfter: "2", shape: shapeSMG},
+	reasonQueueTimeout:    {status: http.StatusServiceUnavailable, code: "scheduler_queue_timeout", message: "timed out waiting for an admission slot", retryAfter: "2", shape: shapeSMG},
+	reasonPreempted:       {status: http.StatusServiceUnavailable, code: "scheduler_preempted", message: "request preempted by higher-priority traffic", retryAfter: "1", preempted: true, shape: shapeSMG},
+	reasonClassLimit:      {status: 529, code: "Overloaded", shape: shapeDynamoOverload},
+	reasonNoEndpoints:     {status: http.StatusServiceUnavailable, code: "no_endpoints", message: "no endpoints available to route work", shape: shapeSMG},
+	reasonPinInvalid:      {status: http.StatusServiceUnavailable, code: "pinned_worker_not_eligible", message: "pinned worker is not eligible", shape: shapeSMG},
+	reasonShutdown:        {status: http.StatusServiceUnavailable, code: "server_shutting_down", message: "the server is shutting down", retryAfter: "1", shape: shapeSMG},
+	reasonUnauthorized:    {status: http.StatusUnauthorized, code: "unauthorized", message: "missing or invalid api key", shape: shapeSMG},
+	reasonBadRequest:      {status: http.StatusBadRequest, code: "invalid_request", message: "invalid request", shape: shapeOpenAI},
+	reasonBodyTooLarge:    {status: http.StatusRequestEntityTooLarge, code: "request_too_large", message: "request body is too large", shape: shapeOpenAI},
+	reasonHeadersTooLarge: {status: http.StatusRequestHeaderFieldsTooLarge, code: "request_headers_too_large", message: "request headers are too large", shape: shapeSMG},
+}
+
+// rejection is one answer to give: a reason plus the details its body needs.
+type rejection struct {
+	reason reason
+	// message replaces the row's default message when set.
+	message string
+	// param names the offending field or header (OpenAI shape).
+	param string
+	// errType and errCode replace the OpenAI shape's type
+	// (invalid_request_error) and code (the row's).
+	errType, errCode string
+	// model is named in a no-endpoints body.
+	model string
+	// Dynamo queue-limit details.
+	policyClass string
+	limitKind   sched.LimitKind
+	current     uint64
+	limit       uint64
+}
+
+// String describes the rejection for logs.
+func (r *rejection) String() string {
+	row := answerTable[r.reason]
+	return fmt.Sprintf("%d %s: %s", row.status, row.code, r.text())
+}
+
+// code is the row's error code (the metric label).
+func (r *rejection) code() string { return answerTable[r.reason].code }
+
+// text is the message the body carries.
+func (r *rejection) text() string {
+	if r.reason == reasonClassLimit {
+		return fmt.Sprintf("router policy class %q queue %s limit reached (current=%d, limit=%d)",
+			r.policyClass, r.limitKind, r.current, r.limit)
+	}
+	if r.message != "" {
+		return r.message
+	}
+	return answerTable[r.reason].message
+}
+
+// rejectionFor maps a scheduler outcome to its rejection. ok is false for
+// outcomes that are not answered (admitted, client cancelled).
+func rejectionFor(a *sched.Action) (*rejection, bool) {
+	var r rejection
+	switch a.Outcome {
+	case sched.OutcomeQueueFull:
+		r.reason = reasonQueueFull
+	case sched.OutcomeQueueTimeout:
+		r.reason = reasonQueueTimeout
+	case sched.OutcomePreempted:
+		r.reason = reasonPreempted
+	case sched.OutcomeClassLimit:
+		r = rejection{reason: reasonClassLimit, policyClass: a.PolicyClass, limitKind: a.LimitKind, current: a.LimitCurrent, limit: a.LimitValue}
+	case sched.OutcomeNoEndpoints:
+		r = rejection{reason: reasonNoEndpoints, message: a.Message, model: a.Model}
+	case sched.OutcomePinInvalid:
+		r = rejection{reason: reasonPinInvalid, message: a.Message}
+	case sched.OutcomeShutdown:
+		r.reason = reasonShutdown
+	default:
+		return nil, false
+	}
+	return &r, true
+}
+
+// immediate renders the rejection as Envoy's ImmediateResponse.
+func (r *rejection) immediate() *extprocv3.ImmediateResponse {
+	row := answerTable[r.reason]
+	hdrs := []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
+	if row.retryAfter != "" {
+		hdrs = append(hdrs, setHeader("retry-after", row.retryAfter))
+	}
+	if row.shape == shapeSMG {
+		hdrs = append(hdrs, setHeader("x-smg-error-code", row.code))
+	}
+	if row.preempted {
+		hdrs = append(hdrs, setHeader("x-smg-preempted", "true"))
+	}
+	sortHeaders(hdrs)
+	return &extprocv3.ImmediateResponse{
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(row.status)},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: hdrs},
+		Body:    r.body(),
+		Details: "tollgate_" + row.code,
+	}
+}
+
+// body renders the JSON body of the rejection's shape.
+func (r *rejection) body() []byte {
+	row := answerTable[r.reason]
+	var v any
+	switch row.shape {
+	case shapeDynamoOverload:
+		v = dynamoOverload{
+			Message: r.text(),
+			Type:    "Overloaded",
+			Code:    row.status,
+			Details: dynamoOverloadDetails{PolicyClass: r.policyClass, LimitKind: r.limitKind.String(), Current: r.current, Limit: r.limit},
+		}
+	case shapeOpenAI:
+		e := openai.Error{Status: row.status, Message: r.text(), Param: r.param, Type: r.errType, Code: r.errCode}
+		if e.Code == "" {
+			e.Code = row.code
+		}
+		return e.JSON()
+	default:
+		e := smgError{Type: http.StatusText(row.status), Code: row.code, Message: r.text()}
+		if r.reason == reasonNoEndpoints {
+			e.Model = &r.model
+		}
+		v = struct {
+			Error smgError `json:"error"`
+		}{e}
+	}
+	b, err := json.Marshal(v)
+	if err != nil { // Not reachable: every field is a plain string or number.
+		return []byte(`{"error":{"message":"internal error"}}`)
+	}
+	return b
+}
+
+// smgError is SMG's create_error object. Model is tollgate's addition for
+// the no-endpoints answer.
+type smgError struct {
+	Type    string  `json:"type"`
+	Code    string  `json:"code"`
+	Message string  `json:"message"`
+	Param   *string `json:"param"`
+	Model   *string `json:"model,omitempty"`
+}
+
+// dynamoOverload is Dynamo's HTTP 529 body for a queue-limit rejection.
+type dynamoOverload struct {
+	Message string                `json:"message"`
+	Type    string                `json:"type"`
+	Code    int                   `json:"code"`
+	Details dynamoOverloadDetails `json:"details"`
+}
+
+type dynamoOverloadDetails struct {
+	PolicyClass string `json:"policy_class"`
+	LimitKind   string `json:"limit_kind"`
+	Current     uint64 `json:"current"`
+	Limit       uint64 `json:"limit"`
+}
+
+// setHeader returns an overwriting header mutation as Envoy's ext_proc
+// filter applies it: raw_value only, append explicitly false.
+func setHeader(key, value string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
+		// Envoy's ext_proc filter honours only the deprecated append flag;
+		// it ignores append_action.
+		Append: wrapperspb.Bool(false), //nolint:staticcheck // SA1019: see above.
+	}
+}
+
+// sortHeaders orders mutations by key, so answers are deterministic.
+func sortHeaders(h []*corev3.HeaderValueOption) {
+	slices.SortFunc(h, func(a, b *corev3.HeaderValueOption) int {
+		switch {
+		case a.Header.Key < b.Header.Key:
+			return -1
+		case a.Header.Key > b.Header.Key:
+			return 1
+		}
+		return 0
+	})
+}
+
+// bodyTooLarge is the 413 rejection for a body over limit bytes.
+func bodyTooLarge(limit int) *rejection {
+	return &rejection{reason: reasonBodyTooLarge, message: "request body exceeds the limit of " + strconv.Itoa(limit) + " bytes"}
+}

@@ -1,0 +1,129 @@
+package extproc
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/tollgate/tollgate/sched"
+)
+
+// TestAnswerTable checks every row of the rejection table: status, headers
+// (sorted, raw_value only, append false) and the exact JSON body.
+func TestAnswerTable(t *testing.T) {
+	tests := []struct {
+		name    string
+		r       *rejection
+		status  int32
+		headers map[string]string
+		body    string
+	}{
+		{
+			name: "queue full", r: &rejection{reason: reasonQueueFull}, status: 429,
+			headers: map[string]string{"content-type": "application/json", "retry-after": "2", "x-smg-error-code": "scheduler_queue_full"},
+			body:    `{"error":{"type":"Too Many Requests","code":"scheduler_queue_full","message":"request queue is full for this priority class","param":null}}`,
+		},
+		{
+			name: "queue timeout", r: &rejection{reason: reasonQueueTimeout}, status: 503,
+			headers: map[string]string{"content-type": "application/json", "retry-after": "2", "x-smg-error-code": "scheduler_queue_timeout"},
+			body:    `{"error":{"type":"Service Unavailable","code":"scheduler_queue_timeout","message":"timed out waiting for an admission slot","param":null}}`,
+		},
+		{
+			name: "preempted", r: &rejection{reason: reasonPreempted}, status: 503,
+			headers: map[string]string{"content-type": "application/json", "retry-after": "1", "x-smg-error-code": "scheduler_preempted", "x-smg-preempted": "true"},
+			body:    `{"error":{"type":"Service Unavailable","code":"scheduler_preempted","message":"request preempted by higher-priority traffic","param":null}}`,
+		},
+		{
+			name: "dynamo queue limit", r: &rejection{reason: reasonClassLimit, policyClass: "premium", limitKind: sched.LimitRawISLTokens, current: 9000, limit: 8192}, status: 529,
+			headers: map[string]string{"content-type": "application/json"},
+			body:    `{"message":"router policy class \"premium\" queue raw_isl_tokens limit reached (current=9000, limit=8192)","type":"Overloaded","code":529,"details":{"policy_class":"premium","limit_kind":"raw_isl_tokens","current":9000,"limit":8192}}`,
+		},
+		{
+			name: "no endpoints", r: &rejection{reason: reasonNoEndpoints, model: "llama", message: `no endpoints available to route work: no ready worker serves model "llama"`}, status: 503,
+			headers: map[string]string{"content-type": "application/json", "x-smg-error-code": "no_endpoints"},
+			body:    `{"error":{"type":"Service Unavailable","code":"no_endpoints","message":"no endpoints available to route work: no ready worker serves model \"llama\"","param":null,"model":"llama"}}`,
+		},
+		{
+			name: "pin invalid", r: &rejection{reason: reasonPinInvalid, message: "Pinned worker w9 dp_rank 0 is not eligible: worker w9 is unavailable"}, status: 503,
+			headers: map[string]string{"content-type": "application/json", "x-smg-error-code": "pinned_worker_not_eligible"},
+			body:    `{"error":{"type":"Service Unavailable","code":"pinned_worker_not_eligible","message":"Pinned worker w9 dp_rank 0 is not eligible: worker w9 is unavailable","param":null}}`,
+		},
+		{
+			name: "shutdown", r: &rejection{reason: reasonShutdown}, status: 503,
+			headers: map[string]string{"content-type": "application/json", "retry-after": "1", "x-smg-error-code": "server_shutting_down"},
+			body:    `{"error":{"type":"Service Unavailable","code":"server_shutting_down","message":"the server is shutting down","param":null}}`,
+		},
+		{
+			name: "unauthorized", r: &rejection{reason: reasonUnauthorized, message: "invalid API key"}, status: 401,
+			headers: map[string]string{"content-type": "application/json", "x-smg-error-code": "unauthorized"},
+			body:    `{"error":{"type":"Unauthorized","code":"unauthorized","message":"invalid API key","param":null}}`,
+		},
+		{
+			name: "bad request", r: &rejection{reason: reasonBadRequest, message: "'model' is required", param: "model", errCode: "missing_required_parameter"}, status: 400,
+			headers: map[string]string{"content-type": "application/json"},
+			body:    `{"error":{"message":"'model' is required","type":"invalid_request_error","param":"model","code":"missing_required_parameter"}}`,
+		},
+		{
+			name: "body too large", r: bodyTooLarge(1024), status: 413,
+			headers: map[string]string{"content-type": "application/json"},
+			body:    `{"error":{"message":"request body exceeds the limit of 1024 bytes","type":"invalid_request_error","param":null,"code":"request_too_large"}}`,
+		},
+		{
+			name: "headers too large", r: &rejection{reason: reasonHeadersTooLarge, message: "request headers exceed the limit of 65536 bytes"}, status: 431,
+			headers: map[string]string{"content-type": "application/json", "x-smg-error-code": "request_headers_too_large"},
+			body:    `{"error":{"type":"Request Header Fields Too Large","code":"request_headers_too_large","message":"request headers exceed the limit of 65536 bytes","param":null}}`,
+		},
+	}
+	seen := map[reason]bool{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			seen[tt.r.reason] = true
+			ir := tt.r.immediate()
+			if got := int32(ir.GetStatus().GetCode()); got != tt.status {
+				t.Errorf("status %d, want %d", got, tt.status)
+			}
+			if diff := cmp.Diff(tt.headers, headerMap(ir.GetHeaders())); diff != "" {
+				t.Errorf("headers (-want +got):\n%s", diff)
+			}
+			var keys []string
+			for _, h := range ir.GetHeaders().GetSetHeaders() {
+				keys = append(keys, h.GetHeader().GetKey())
+				if !appendFalse(h) || h.GetHeader().GetValue() != "" {
+					t.Errorf("header %s: want raw_value only and append=false", h.GetHeader().GetKey())
+				}
+			}
+			for i := 1; i < len(keys); i++ {
+				if keys[i-1] >= keys[i] {
+					t.Errorf("headers not sorted: %v", keys)
+				}
+			}
+			if diff := cmp.Diff(tt.body, string(ir.GetBody())); diff != "" {
+				t.Errorf("body (-want +got):\n%s", diff)
+			}
+		})
+	}
+	for r := reasonUnknown + 1; r < numReasons; r++ {
+		if !seen[r] {
+			t.Errorf("reason %d has no test row", r)
+		}
+	}
+}
+
+func TestRejectionFor_MapsEveryAnsweredOutcome(t *testing.T) {
+	want := map[sched.Outcome]reason{
+		sched.OutcomeQueueFull:    reasonQueueFull,
+		sched.OutcomeQueueTimeout: reasonQueueTimeout,
+		sched.OutcomePreempted:    reasonPreempted,
+		sched.OutcomeClassLimit:   reasonClassLimit,
+		sched.OutcomeNoEndpoints:  reasonNoEndpoints,
+		sched.OutcomePinInvalid:   reasonPinInvalid,
+		sched.OutcomeShutdown:     reasonShutdown,
+	}
+	for o := sched.OutcomeUnknown; o <= sched.OutcomeClientCancelled; o++ {
+		r, ok := rejectionFor(&sched.Action{Outcome: o})
+		w, answered := want[o]
+		if ok != answered || (ok && r.reason != w) {
+			t.Errorf("outcome %d: got %v %v, want %v %v", o, r, ok, w, answered)
+		}
+	}
+}

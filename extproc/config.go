@@ -1,0 +1,293 @@
+package extproc
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/tollgate/tollgate/sched"
+)
+
+// Defaults of the Config fields. The flag defaults of cmd/tollgate match.
+const (
+	// DefaultMaxBodyBytes bounds a request body (--max-body-bytes).
+	DefaultMaxBodyBytes = 8 << 20
+	// DefaultMaxHeaderBytes bounds the request headers, names plus values.
+	DefaultMaxHeaderBytes = 64 << 10
+	// DefaultEnvoyMessageTimeout is Envoy's message_timeout as the shipped
+	// configurations set it (--envoy-message-timeout).
+	DefaultEnvoyMessageTimeout = time.Second
+	// DefaultEnvoyMaxMessageTimeout is Envoy's max_message_timeout as the
+	// shipped configurations set it (--envoy-max-message-timeout).
+	DefaultEnvoyMaxMessageTimeout = 310 * time.Second
+	// DefaultEnvoyTimeoutMargin is how long before Envoy's message timer
+	// would fire tollgate answers a held message.
+	DefaultEnvoyTimeoutMargin = 100 * time.Millisecond
+	// DefaultRouterTTL is how long a routed prefix stays in the approximate
+	// prefix index (--router-ttl-secs).
+	DefaultRouterTTL = 120 * time.Second
+	// DefaultPrefixMaxEntries bounds the prefix index.
+	DefaultPrefixMaxEntries = 1 << 20
+	// DefaultPrefixBytesPerToken is the bytes-per-token estimate that sizes
+	// byte blocks when the tokenizer only estimates counts.
+	DefaultPrefixBytesPerToken = 4
+	// DefaultTenantHeaderName is SMG's --tenant-header-name default.
+	DefaultTenantHeaderName = "x-smg-tenant-id"
+	// DefaultTenantMetricTopN bounds the distinct tenant label values
+	// (--priority-scheduler-tenant-metric-top-n).
+	DefaultTenantMetricTopN = 32
+	// DefaultDrainDelay is how long Drain waits after marking the server not
+	// ready before it sheds the queue (--drain-delay).
+	DefaultDrainDelay = 5 * time.Second
+	// DefaultShutdownTimeout bounds how long Drain waits for in-flight
+	// streams (--shutdown-timeout).
+	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultWorkersPollInterval is how often a FileWatcher checks its file.
+	DefaultWorkersPollInterval = 2 * time.Second
+)
+
+// ClientIPSource says where the client address of the ip: tenant tier
+// comes from. Envoy's own peer address is never used.
+type ClientIPSource uint8
+
+// Client address sources.
+const (
+	// ClientIPSourceAddress reads the source.address request attribute
+	// (request_attributes: [source.address] in the filter configuration).
+	ClientIPSourceAddress ClientIPSource = iota
+	// ClientIPForwardedFor reads x-forwarded-for, skipping
+	// Config.ForwardedForTrustedHops entries from the right.
+	ClientIPForwardedFor
+)
+
+// String returns the flag spelling.
+func (s ClientIPSource) String() string {
+	if s == ClientIPForwardedFor {
+		return "x-forwarded-for"
+	}
+	return "source-address"
+}
+
+// ParseClientIPSource parses the flag spelling of a ClientIPSource.
+func ParseClientIPSource(v string) (ClientIPSource, error) {
+	switch v {
+	case "source-address", "":
+		return ClientIPSourceAddress, nil
+	case "x-forwarded-for":
+		return ClientIPForwardedFor, nil
+	}
+	return 0, fmt.Errorf("extproc: unknown client ip source %q (want source-address or x-forwarded-for)", v)
+}
+
+// GRPCConfig configures the ext_proc gRPC listener. See ServerOptions.
+type GRPCConfig struct {
+	// TLSCert and TLSKey are PEM files; both or neither (--grpc-tls-cert,
+	// --grpc-tls-key). Without them the listener is plaintext.
+	TLSCert, TLSKey string
+	// ClientCA, when set, requires and verifies client certificates
+	// (--grpc-client-ca). It needs TLSCert and TLSKey.
+	ClientCA string
+	// KeepaliveTime is how long a connection may be idle before the server
+	// pings it; 0 means 30 s.
+	KeepaliveTime time.Duration
+	// KeepaliveTimeout is how long the server waits for a ping ack; 0 means 10 s.
+	KeepaliveTimeout time.Duration
+	// MinPingInterval is the shortest client ping interval the server
+	// tolerates; 0 means 5 s.
+	MinPingInterval time.Duration
+}
+
+// Config configures a Server. Every field is optional: the zero value of a
+// field selects its documented default. Validate reports every bad value.
+type Config struct {
+	// Logger receives structured logs. Nil discards them.
+	Logger *slog.Logger
+	// Now is the shell's clock. Nil means time.Now. The scheduling core
+	// never reads a clock; every time it sees comes from here.
+	Now func() time.Time
+
+	// Sched configures the scheduling core: policy classes, priority
+	// admission, fallback capacity, block size (--block-size), selection.
+	Sched sched.Config
+
+	// Tenancy resolves tenants and clamps priorities. Nil means no tenant
+	// keys, no trusted tenant header and default-max-class "default".
+	Tenancy *Tenancy
+
+	// MaxBodyBytes bounds a request body (413 above it). 0 means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int
+	// MaxHeaderBytes bounds the request headers, names plus values (431
+	// above it). 0 means DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+
+	// EnvoyMessageTimeout is Envoy's message_timeout
+	// (--envoy-message-timeout). 0 means DefaultEnvoyMessageTimeout.
+	EnvoyMessageTimeout time.Duration
+	// EnvoyMaxMessageTimeout is Envoy's max_message_timeout
+	// (--envoy-max-message-timeout). 0 means DefaultEnvoyMaxMessageTimeout;
+	// a negative value means Envoy does not accept overrides.
+	EnvoyMaxMessageTimeout time.Duration
+	// EnvoyTimeoutMargin is how long before Envoy's timer fires tollgate
+	// answers. 0 means DefaultEnvoyTimeoutMargin; it must be less than
+	// EnvoyMessageTimeout.
+	EnvoyTimeoutMargin time.Duration
+
+	// RouterTTL is the prefix index TTL (--router-ttl-secs). 0 means
+	// DefaultRouterTTL.
+	RouterTTL time.Duration
+	// PrefixMaxEntries bounds the prefix index. 0 means DefaultPrefixMaxEntries.
+	PrefixMaxEntries int
+	// PrefixBytesPerToken sizes byte blocks for prefix hashing when the
+	// tokenizer is not exact. 0 means DefaultPrefixBytesPerToken.
+	PrefixBytesPerToken int
+	// Tokenizer counts prompt tokens (--tokenizer). Nil means the default
+	// estimator.
+	Tokenizer Tokenizer
+
+	// ClientIP selects where the ip: tenant tier reads the client address.
+	ClientIP ClientIPSource
+	// ForwardedForTrustedHops is how many x-forwarded-for entries, counted
+	// from the right, belong to trusted proxies.
+	ForwardedForTrustedHops int
+	// TenantMetricTopN bounds distinct tenant label values; the rest are
+	// labelled "other". 0 means DefaultTenantMetricTopN.
+	TenantMetricTopN int
+
+	// DrainDelay is how long Drain waits after marking the server not
+	// ready (--drain-delay). 0 means DefaultDrainDelay; negative means none.
+	DrainDelay time.Duration
+	// ShutdownTimeout bounds how long Drain waits for in-flight streams
+	// (--shutdown-timeout). 0 means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+
+	// GRPC configures the ext_proc listener.
+	GRPC GRPCConfig
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	setDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	setDefault(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	setDefault(&c.EnvoyMessageTimeout, DefaultEnvoyMessageTimeout)
+	setDefault(&c.EnvoyMaxMessageTimeout, DefaultEnvoyMaxMessageTimeout)
+	if c.EnvoyMaxMessageTimeout < 0 {
+		c.EnvoyMaxMessageTimeout = 0
+	}
+	setDefault(&c.EnvoyTimeoutMargin, DefaultEnvoyTimeoutMargin)
+	setDefault(&c.RouterTTL, DefaultRouterTTL)
+	setDefault(&c.PrefixMaxEntries, DefaultPrefixMaxEntries)
+	setDefault(&c.PrefixBytesPerToken, DefaultPrefixBytesPerToken)
+	setDefault(&c.TenantMetricTopN, DefaultTenantMetricTopN)
+	setDefault(&c.DrainDelay, DefaultDrainDelay)
+	if c.DrainDelay < 0 {
+		c.DrainDelay = 0
+	}
+	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&c.GRPC.KeepaliveTime, 30*time.Second)
+	setDefault(&c.GRPC.KeepaliveTimeout, 10*time.Second)
+	setDefault(&c.GRPC.MinPingInterval, 5*time.Second)
+	if c.Sched.BlockSize == 0 {
+		c.Sched.BlockSize = sched.DefaultBlockSize
+	}
+	if c.Tenancy == nil {
+		c.Tenancy = &Tenancy{}
+	}
+	return c
+}
+
+func setDefault[T int | time.Duration](p *T, v T) {
+	if *p == 0 {
+		*p = v
+	}
+}
+
+// Validate reports every invalid field, joined, or nil. Zero values are
+// valid: they select the defaults.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("extproc: "+format, args...)) }
+	if c.MaxBodyBytes < 0 {
+		bad("max body bytes %d is negative", c.MaxBodyBytes)
+	}
+	if c.MaxBodyBytes > math.MaxInt32/2 {
+		bad("max body bytes %d exceeds %d", c.MaxBodyBytes, math.MaxInt32/2)
+	}
+	if c.MaxHeaderBytes < 0 {
+		bad("max header bytes %d is negative", c.MaxHeaderBytes)
+	}
+	if c.EnvoyMessageTimeout < 0 || c.EnvoyMessageTimeout > time.Hour {
+		bad("envoy message timeout %v is outside [0s, 1h] (Envoy's range)", c.EnvoyMessageTimeout)
+	}
+	if c.EnvoyMaxMessageTimeout > time.Hour {
+		bad("envoy max message timeout %v exceeds 1h (Envoy's range)", c.EnvoyMaxMessageTimeout)
+	}
+	if c.EnvoyTimeoutMargin < 0 {
+		bad("envoy timeout margin %v is negative", c.EnvoyTimeoutMargin)
+	}
+	d := c.withDefaults()
+	if d.EnvoyTimeoutMargin >= d.EnvoyMessageTimeout {
+		bad("envoy timeout margin %v must be less than the envoy message timeout %v", d.EnvoyTimeoutMargin, d.EnvoyMessageTimeout)
+	}
+	if d.EnvoyMaxMessageTimeout > 0 && d.EnvoyMaxMessageTimeout < d.EnvoyMessageTimeout {
+		bad("envoy max message timeout %v is less than the envoy message timeout %v", d.EnvoyMaxMessageTimeout, d.EnvoyMessageTimeout)
+	}
+	if c.RouterTTL < 0 {
+		bad("router ttl %v is negative", c.RouterTTL)
+	}
+	if c.PrefixMaxEntries < 0 {
+		bad("prefix max entries %d is negative", c.PrefixMaxEntries)
+	}
+	if c.PrefixBytesPerToken < 0 {
+		bad("prefix bytes per token %d is negative", c.PrefixBytesPerToken)
+	}
+	if c.ClientIP > ClientIPForwardedFor {
+		bad("unknown client ip source %d", c.ClientIP)
+	}
+	if c.ForwardedForTrustedHops < 0 {
+		bad("x-forwarded-for trusted hops %d is negative", c.ForwardedForTrustedHops)
+	}
+	if c.TenantMetricTopN < 0 {
+		bad("tenant metric top-n %d is negative", c.TenantMetricTopN)
+	}
+	if c.ShutdownTimeout < 0 {
+		bad("shutdown timeout %v is negative", c.ShutdownTimeout)
+	}
+	if c.Sched.BlockSize > math.MaxInt32 {
+		bad("block size %d is too large", c.Sched.BlockSize)
+	}
+	if c.Tenancy != nil {
+		if err := c.Tenancy.validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, c.GRPC.validate())
+	return errors.Join(errs...)
+}
+
+func (g GRPCConfig) validate() error {
+	var errs []error
+	if (g.TLSCert == "") != (g.TLSKey == "") {
+		errs = append(errs, errors.New("extproc: grpc tls cert and key must be set together"))
+	}
+	if g.ClientCA != "" && g.TLSCert == "" {
+		errs = append(errs, errors.New("extproc: grpc client ca needs a tls cert and key"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"keepalive time", g.KeepaliveTime}, {"keepalive timeout", g.KeepaliveTimeout}, {"min ping interval", g.MinPingInterval}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("extproc: grpc %s %v is negative", d.name, d.v))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,151 @@
+// Package extproc is tollgate's imperative shell: the Envoy ext_proc gRPC
+// service (envoy.service.ext_proc.v3.ExternalProcessor), the per-stream
+// phase state machine, the one dispatcher goroutine that owns the
+// scheduling core (package sched), worker sets and their reloading, the
+// table that maps every outcome to an HTTP answer, Prometheus metrics and
+// health.
+//
+// # Concurrency model
+//
+// Every HTTP request is one gRPC Process stream, served by its own stream
+// goroutine (Server.Process). That goroutine does all per-request CPU work
+// in parallel with the others: header parsing, tenant resolution, JSON
+// parsing (extproc/openai), tokenizing (extproc/tokenize), prefix hashing
+// and the prefix-index lookup (sched/prefix, guarded by a mutex). A reader
+// goroutine per stream turns Recv into a channel, so the stream goroutine
+// can wait on Envoy's messages, its scheduler ticket, its hold deadline,
+// the stream's context and the dispatcher's end at once.
+//
+// One dispatcher goroutine (Server.Run) owns the *sched.Scheduler and the
+// current worker set. It takes events (submit, cancel, first token, done,
+// worker change, drain, stats, route) over one channel and keeps one timer
+// reset to the scheduler's NextDeadline. It answers a submitted request by
+// writing its ticket under the ticket's mutex and signalling a channel of
+// capacity one without blocking, so it never waits on a stream; it does no
+// JSON, hashing or other per-request work. Time is read only in the shell,
+// through Config.Now, and handed to the scheduler as an argument.
+//
+// # Who owns a request
+//
+//  1. Headers and body: the stream goroutine, alone. Nothing is booked; a
+//     client that leaves costs nothing.
+//  2. Submitted: the dispatcher owns the queue entry. The stream waits on
+//     its ticket. If the client goes away (a reset cancels the stream
+//     context; a graceful close ends Recv with io.EOF) or the hold deadline
+//     passes, the stream reports Cancel at once and the entry leaves the
+//     queue without trace.
+//  3. Dispatched: the scheduler holds a slot and the worker booking; the
+//     stream owns the obligation to release them. The first non-empty
+//     response body chunk reports FirstToken (prefill done); the response's
+//     end_of_stream (or trailers) reports Done; the end of the stream
+//     reports Done or Cancel if neither happened. Exactly one of Done or
+//     Cancel is reported, whatever the order of events.
+//  4. Rejected: the scheduler already forgot the request; the stream sends
+//     the ImmediateResponse and ends.
+//
+// # Envoy protocol
+//
+// The negotiated body modes and send_body_without_waiting_for_header_response
+// are read from protocol_config on the first message (absent: BUFFERED).
+// Every reply matches one outstanding message, in order; the only extra
+// message is one bare override_message_timeout per held message. Header
+// mutations always set raw_value only with append explicitly false, never
+// touch x-envoy-* or :authority, and are sorted by name.
+//
+// Request path, for requests under admission (POST /v1/completions,
+// /v1/chat/completions, /v1/embeddings, /v1/responses, /generate):
+//
+//   - Headers with end_of_stream (no body): decided at the headers. An
+//     admission route then has an empty body, which is a 400.
+//   - BUFFERED (and BUFFERED_PARTIAL): the headers are answered CONTINUE at
+//     once; the body message is held and its reply carries the route (a
+//     header mutation in a body reply takes effect in BUFFERED mode).
+//     Trailers arriving meanwhile are answered after it.
+//   - STREAMED with send_body_without_waiting_for_header_response: the
+//     headers reply is held while the chunks arrive unanswered; at the
+//     decision the headers reply carries the route, then every chunk is
+//     answered CONTINUE in order. Envoy queues the unanswered chunks against
+//     its buffer limit, so --max-body-bytes should not exceed it.
+//   - STREAMED without that flag, and NONE: Envoy sends no body before the
+//     headers reply, and a route in a later body reply would come after the
+//     router picked its host. tollgate therefore decides at the headers,
+//     without the body: model unknown, prompt length 0 (priority, class and
+//     pin headers still apply). Later chunks are answered CONTINUE. This
+//     degraded mode exists so such a configuration still routes; the shipped
+//     configurations use BUFFERED or FULL_DUPLEX_STREAMED.
+//   - FULL_DUPLEX_STREAMED: headers and chunks are held; at the decision the
+//     headers reply carries the route, then the body is streamed back in
+//     chunks of at most 62,000 bytes with end_of_stream on the last (unless
+//     trailers follow), then the trailers are answered.
+//
+// Requests outside admission (GET /v1/models, health checks, any other
+// path) are neither queued nor counted; they wait for their body in the
+// same way, then go to the least-loaded ready worker serving the model
+// named by the body, if any.
+//
+// The route is x-gateway-destination-endpoint: IP:port (overwriting any
+// value the client sent), the same value as dynamic metadata
+// envoy.lb/x-gateway-destination-endpoint, and for a worker with more than
+// one data-parallel rank x-data-parallel-rank: <rank>, the header vLLM reads
+// to place a request; for a single-rank worker that header is removed.
+//
+// # Holding and Envoy's message timer
+//
+// Envoy starts message_timeout (--envoy-message-timeout) for each message
+// it sends and restarts it with each new one. While a request is queued
+// its held message would time out; so right after the scheduler reports it
+// queued, tollgate sends one bare override_message_timeout for the whole
+// remaining budget, min(--envoy-max-message-timeout, class queue timeout +
+// margin). If Envoy allows no override (max 0), or the budget runs out
+// anyway, the request gets the 503 queue-timeout answer a margin before
+// Envoy's timer would fire, and is cancelled in the scheduler.
+// FULL_DUPLEX_STREAMED has no message timer; there the scheduler's queue
+// timeout alone bounds the wait.
+//
+// # Preemption
+//
+// A victim is an admitted request without a first token. To keep it
+// answerable until then, its response_headers reply is held until the first
+// non-empty response body chunk, but only where Envoy sends body chunks
+// before that reply: response mode FULL_DUPLEX_STREAMED, or STREAMED with
+// send_body_without_waiting_for_header_response. Empty chunks are held too;
+// the first non-empty one (or the end of the response) releases the headers
+// and every held chunk in order. If Envoy's timer for the held headers
+// would fire, tollgate extends it once (override, --envoy-max-message-timeout)
+// and, at the next deadline, releases the headers. Only requests that some
+// higher can_preempt class could preempt are held.
+//
+// When the scheduler preempts a request:
+//
+//   - with its response headers held (or its route not yet sent), it is
+//     answered with the ImmediateResponse 503 scheduler_preempted,
+//     Retry-After: 1, X-SMG-Preempted: true;
+//   - with no message outstanding (for example still waiting for the
+//     worker's response headers), its stream ends with gRPC status
+//     Unavailable "scheduler_preempted", which the shipped Envoy
+//     configurations map to the same 503 (status_on_error); if the response
+//     had already started, the client sees a reset;
+//   - after its first token went out, the victim has won the race and
+//     carries on; its slot is freed when it ends.
+//
+// In every case the victim then reports Cancel. With response modes that
+// cannot hold (BUFFERED, NONE, STREAMED without the flag) the headers are
+// answered at once.
+//
+// # Accounting limits
+//
+// tollgate sees a request's end only through the response messages Envoy
+// sends it. With response_header_mode SKIP and no response body mode, Envoy
+// closes the side stream right after the route, and tollgate reports Done
+// then: the scheduler's load bookkeeping then tracks admissions, not running
+// requests. The shipped configurations send response headers and a streamed
+// response body.
+//
+// # Answers
+//
+// One table (answerTable) maps every outcome to its status, headers and
+// JSON body: SMG's 429/503 scheduler_* rows with X-SMG-Error-Code and
+// Retry-After, Dynamo's 529 Overloaded body, 503 for no eligible worker or
+// an invalid pin, 503 with Retry-After while shutting down, 401, 400, 413
+// and 431. Nothing else chooses a status code.
+package extproc

@@ -1,0 +1,389 @@
+package extproc
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate/extproc/openai"
+	"github.com/tollgate/tollgate/sched"
+)
+
+// exchangeEnv is what an exchange needs from the server around it. The
+// stream loop implements it over the dispatcher; tests use a fake.
+type exchangeEnv interface {
+	// submit hands a request to the scheduler. The answer arrives later
+	// through exchange.onTicket. An error means the dispatcher is gone.
+	submit(r *sched.Request) error
+	// route picks a worker for a request outside admission.
+	route(model string) (target, bool, error)
+	// notify reports FirstToken, Done or Cancel for an admitted request.
+	notify(kind eventKind, id uint64)
+}
+
+// stage is where an exchange is in its HTTP request's life.
+type stage uint8
+
+const (
+	// stageStart: waiting for the request headers.
+	stageStart stage = iota
+	// stageBody: reading the request body.
+	stageBody
+	// stageQueued: submitted, waiting for the scheduler's decision.
+	stageQueued
+	// stageRouted: answered with a route; following the response.
+	stageRouted
+	// stageOver: an immediate response or an error ended the exchange.
+	stageOver
+)
+
+var stageNames = [...]string{"start", "body", "queued", "routed", "over"}
+
+func (s stage) String() string { return stageNames[s] }
+
+// heldKind is a request-direction message that is waiting for its reply.
+type heldKind uint8
+
+const (
+	// heldHeaders: the request headers (carries the routing mutation).
+	heldHeaders heldKind = iota + 1
+	// heldBufferedBody: the BUFFERED body (carries the routing mutation:
+	// header mutations in a body reply work in BUFFERED mode).
+	heldBufferedBody
+	// heldChunk: one STREAMED body chunk, answered with CONTINUE.
+	heldChunk
+	// heldDuplexBody: the FULL_DUPLEX_STREAMED body, re-streamed in chunks.
+	heldDuplexBody
+	// heldTrailers: the request trailers.
+	heldTrailers
+)
+
+// envoyTimer mirrors Envoy's message timer for the outstanding message of
+// one direction: started when Envoy sent its last message, restarted by
+// each new one, extended once per message by an override.
+type envoyTimer struct {
+	running    bool
+	firesAt    time.Time
+	overridden bool
+}
+
+func (t *envoyTimer) start(now time.Time, d time.Duration, enabled bool) {
+	*t = envoyTimer{running: enabled, firesAt: now.Add(d)}
+}
+
+// respChunk is a response body message held behind the response headers.
+type respChunk struct {
+	body []byte // kept only in FULL_DUPLEX_STREAMED mode, to echo it
+	eos  bool
+}
+
+// step is what the stream loop must do after an exchange handled an input:
+// send the messages in order, then, when end is set, return err from the
+// stream handler (nil: a clean end after a final answer).
+type step struct {
+	send []*extprocv3.ProcessingResponse
+	end  bool
+	err  error
+}
+
+// exchange is the phase state machine of one ext_proc stream, that is one
+// HTTP request. It is owned by its stream goroutine, knows nothing of gRPC
+// streams, and is driven by four inputs: Envoy's messages (message), the
+// scheduler's decisions (onTicket), the hold deadline (onExpire) and the
+// end of the stream (close).
+type exchange struct {
+	p   *planner
+	cfg *Config
+	env exchangeEnv
+	log *slog.Logger
+	id  uint64
+
+	// Negotiated protocol, from the first message's protocol_config.
+	reqMode, respMode extprocfilterv3.ProcessingMode_BodySendMode
+	early             bool // send_body_without_waiting_for_header_response
+
+	stage stage
+	start time.Time
+
+	// Request.
+	hdr         *headerInfo
+	who         identity
+	kind        openai.Kind
+	admission   bool
+	body        []byte
+	bodyEOS     bool
+	headersOnly bool
+	held        []heldKind
+	reqTimer    envoyTimer
+
+	// Scheduling.
+	plan      *plan
+	submitAt  time.Time
+	queued    bool
+	admitted  bool // dispatched and routed: holds a booking
+	reported  bool // Done or Cancel was reported
+	target    target
+	preempted bool
+
+	// Response.
+	respStarted bool
+	respHeld    bool
+	respPending []respChunk
+	respTimer   envoyTimer
+	firstToken  bool
+	respDone    bool
+	usage       openai.UsageScanner
+	compared    bool
+}
+
+func newExchange(p *planner, env exchangeEnv, log *slog.Logger, id uint64) *exchange {
+	return &exchange{p: p, cfg: p.cfg, env: env, log: log, id: id}
+}
+
+// protocolError ends the stream with a gRPC error, which Envoy turns into
+// its status_on_error answer (fail closed).
+func (x *exchange) protocolError(format string, args ...any) step {
+	x.stage = stageOver
+	msg := fmt.Sprintf(format, args...)
+	x.log.Warn("ext_proc protocol error", "request", x.id, "error", msg)
+	return step{end: true, err: status.Error(codes.FailedPrecondition, msg)}
+}
+
+// message handles one message from Envoy.
+func (x *exchange) message(now time.Time, m *extprocv3.ProcessingRequest) step {
+	if x.stage == stageStart {
+		if m.GetObservabilityMode() {
+			return x.protocolError("observability mode cannot route requests")
+		}
+		pc := m.GetProtocolConfig()
+		if pc == nil {
+			// Envoy releases without protocol_config predate every mode
+			// tollgate documents; assume the shipped BUFFERED request mode.
+			pc = &extprocv3.ProtocolConfiguration{RequestBodyMode: extprocfilterv3.ProcessingMode_BUFFERED}
+		}
+		x.reqMode, x.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
+		x.early = pc.GetSendBodyWithoutWaitingForHeaderResponse()
+	}
+	switch r := m.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		if x.stage != stageStart {
+			return x.protocolError("request headers in stage %s", x.stage)
+		}
+		return x.requestHeaders(now, m, r.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return x.requestBody(now, r.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return x.requestTrailers(now)
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return x.responseHeaders(now, r.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return x.responseBody(now, r.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return x.responseTrailers(now)
+	}
+	return x.protocolError("processing request with no message")
+}
+
+// deadline is when the exchange must act on its own: before Envoy's timer
+// for a held message fires.
+func (x *exchange) deadline() (time.Time, bool) {
+	switch {
+	case x.stage == stageQueued && x.reqTimer.running:
+		return x.reqTimer.firesAt.Add(-x.cfg.EnvoyTimeoutMargin), true
+	case x.respHeld && x.respTimer.running:
+		return x.respTimer.firesAt.Add(-x.cfg.EnvoyTimeoutMargin), true
+	}
+	return time.Time{}, false
+}
+
+// waiting reports whether the exchange waits for the scheduler.
+func (x *exchange) waiting() bool { return x.stage == stageQueued }
+
+// onExpire acts at the deadline: extend Envoy's timer once if it allows,
+// otherwise answer (a queued request gets the queue-timeout answer; held
+// response headers are released).
+func (x *exchange) onExpire(now time.Time) step {
+	switch {
+	case x.stage == stageQueued && x.reqTimer.running:
+		if d, ok := x.requestOverride(now); ok {
+			return step{send: []*extprocv3.ProcessingResponse{overrideTimeout(d)}}
+		}
+		x.p.metrics.budgetExpired.Inc()
+		x.log.Info("queued request answered before Envoy's message timer fires", "request", x.id)
+		x.leaveQueue(now, x.queued)
+		x.report(evCancel)
+		return x.reject(now, &rejection{reason: reasonQueueTimeout})
+	case x.respHeld && x.respTimer.running:
+		if !x.respTimer.overridden && x.cfg.EnvoyMaxMessageTimeout > 0 {
+			x.respTimer.overridden = true
+			x.respTimer.firesAt = now.Add(x.cfg.EnvoyMaxMessageTimeout)
+			return step{send: []*extprocv3.ProcessingResponse{overrideTimeout(x.cfg.EnvoyMaxMessageTimeout)}}
+		}
+		return step{send: x.releaseResponse()}
+	}
+	return step{}
+}
+
+// requestOverride returns the override for the held request message: the
+// whole remaining budget at once, min(max_message_timeout, class queue
+// timeout + margin). ok is false when Envoy would not accept one or it
+// would not extend the timer.
+func (x *exchange) requestOverride(now time.Time) (time.Duration, bool) {
+	t := &x.reqTimer
+	if !t.running || t.overridden || x.cfg.EnvoyMaxMessageTimeout <= 0 {
+		return 0, false
+	}
+	d := x.cfg.EnvoyMaxMessageTimeout
+	if qt := x.p.queueTimeout[x.who.priority]; qt > 0 {
+		d = min(d, qt+x.cfg.EnvoyTimeoutMargin)
+	}
+	if d < time.Millisecond || !now.Add(d).After(t.firesAt) {
+		return 0, false
+	}
+	t.overridden, t.firesAt = true, now.Add(d)
+	return d, true
+}
+
+// onTicket applies the scheduler's news about the request.
+func (x *exchange) onTicket(now time.Time, st ticketState) step {
+	var s step
+	if x.stage == stageQueued {
+		if st.queued && !x.queued {
+			x.queued = true
+			if !st.decided { // An override is pointless when the answer is ready.
+				if d, ok := x.requestOverride(now); ok {
+					s.send = append(s.send, overrideTimeout(d))
+				}
+			}
+		}
+		if !st.decided {
+			return s
+		}
+		a := &st.action
+		x.leaveQueue(now, a.Queued)
+		if a.Kind != sched.ActionDispatch {
+			rej, ok := rejectionFor(a)
+			if !ok {
+				rej = &rejection{reason: reasonNoEndpoints, model: a.Model}
+			}
+			r := x.reject(now, rej)
+			r.send = append(s.send, r.send...)
+			return r
+		}
+		if st.preempted {
+			// Preempted before its route was sent: the request message is
+			// still outstanding, so answer it directly.
+			x.admitted = true
+			x.report(evCancel)
+			r := x.reject(now, &rejection{reason: reasonPreempted})
+			r.send = append(s.send, r.send...)
+			return r
+		}
+		x.admitted = true
+		x.target = st.target
+		x.p.prefix.record(now, st.target.worker, x.plan.hashes)
+		x.p.metrics.admission.WithLabelValues("admitted").Observe(now.Sub(x.start).Seconds())
+		s.send = append(s.send, x.routeReplies(st.target)...)
+		return s
+	}
+	if st.preempted && x.admitted && !x.preempted {
+		return x.preempt(now)
+	}
+	return s
+}
+
+// leaveQueue records the queue wait of a request leaving the queue.
+func (x *exchange) leaveQueue(now time.Time, queued bool) {
+	if queued && x.plan != nil {
+		x.p.metrics.observeWait(x.who.priority, metricModel(x.plan.req.Model), x.plan.req.Class, now.Sub(x.submitAt))
+	}
+}
+
+// preempt ends an admitted request chosen as a victim. With its response
+// headers held, the victim gets the 503 answer; with no message
+// outstanding the stream ends with codes.Unavailable "scheduler_preempted",
+// which the shipped Envoy configurations map to the same 503. Once the
+// first token went out the victim has won the race and carries on.
+func (x *exchange) preempt(now time.Time) step {
+	x.preempted = true
+	if x.firstToken || x.reported {
+		x.log.Debug("preemption after the first token ignored", "request", x.id)
+		return step{}
+	}
+	x.report(evCancel)
+	if x.respHeld {
+		return x.reject(now, &rejection{reason: reasonPreempted})
+	}
+	x.stage = stageOver
+	x.p.metrics.rejections.WithLabelValues(answerTable[reasonPreempted].code).Inc()
+	return step{end: true, err: status.Error(codes.Unavailable, answerTable[reasonPreempted].code)}
+}
+
+// onShutdown answers a waiting request when the dispatcher has stopped.
+func (x *exchange) onShutdown(now time.Time) step {
+	if x.stage != stageQueued {
+		return step{}
+	}
+	x.reported = true // the scheduler is gone: nothing to release
+	return x.reject(now, &rejection{reason: reasonShutdown})
+}
+
+// reject answers the request with an ImmediateResponse and ends the
+// exchange.
+func (x *exchange) reject(now time.Time, r *rejection) step {
+	x.stage = stageOver
+	x.p.metrics.rejections.WithLabelValues(r.code()).Inc()
+	if !x.start.IsZero() {
+		x.p.metrics.admission.WithLabelValues(r.code()).Observe(now.Sub(x.start).Seconds())
+	}
+	x.log.Debug("request rejected", "request", x.id, "answer", r.String())
+	return step{send: []*extprocv3.ProcessingResponse{immediateReply(r)}, end: true}
+}
+
+// report sends Done or Cancel for an admitted or submitted request, once.
+func (x *exchange) report(kind eventKind) {
+	if x.reported || x.plan == nil {
+		return
+	}
+	x.reported = true
+	x.env.notify(kind, x.id)
+}
+
+// close handles the end of the stream, whatever its cause: a request still
+// in the scheduler is cancelled, an admitted one reports Done when its
+// response completed (or was never observed) and Cancel otherwise.
+func (x *exchange) close(now time.Time, cause error) {
+	x.compareUsage()
+	switch {
+	case x.stage == stageQueued:
+		x.leaveQueue(now, x.queued)
+		x.report(evCancel)
+	case x.admitted && !x.reported:
+		if x.respDone || !x.respStarted {
+			x.report(evDone)
+		} else {
+			x.report(evCancel)
+		}
+	}
+	x.stage = stageOver
+	if cause != nil && !errors.Is(cause, errClientGone) {
+		x.log.Debug("stream ended", "request", x.id, "cause", cause)
+	}
+}
+
+// errClientGone marks the normal ends of a stream (half-close, reset).
+var errClientGone = errors.New("extproc: stream closed by envoy")
+
+// metricModel is the model label, "unknown" when the request named none.
+func metricModel(m string) string {
+	if m == "" {
+		return "unknown"
+	}
+	return m
+}

@@ -1,0 +1,199 @@
+package extproc
+
+import (
+	"time"
+
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/tollgate/tollgate/extproc/openai"
+)
+
+// attributesKey is the key of the request attributes Envoy's ext_proc
+// filter sends.
+const attributesKey = "envoy.filters.http.ext_proc"
+
+// clientIP returns the client address per the configured source; never
+// Envoy's own peer address.
+func (x *exchange) clientIP(m *extprocv3.ProcessingRequest) string {
+	if x.cfg.ClientIP == ClientIPForwardedFor {
+		return forwardedClient(x.hdr.forwardedFor, x.cfg.ForwardedForTrustedHops)
+	}
+	attrs := m.GetAttributes()[attributesKey]
+	return attrs.GetFields()["source.address"].GetStringValue()
+}
+
+// duplex reports FULL_DUPLEX_STREAMED request bodies.
+func (x *exchange) duplex() bool {
+	return x.reqMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+}
+
+// requestHeaders reads the headers and decides how to wait for the body:
+//
+//   - end_of_stream (GET and other body-less requests): decide now.
+//   - NONE, and STREAMED without send_body_without_waiting_for_header_response:
+//     Envoy sends no body before the headers reply, so decide now on the
+//     headers alone and answer later chunks with CONTINUE.
+//   - BUFFERED and BUFFERED_PARTIAL: answer CONTINUE now; decide on the
+//     body message and put the route in its reply.
+//   - STREAMED with send_body_without_waiting_for_header_response, and
+//     FULL_DUPLEX_STREAMED: hold the headers reply, read the body to its end,
+//     then answer the headers with the route.
+func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) step {
+	x.start = now
+	hdr, rej := parseHeaders(h.GetHeaders(), x.p.tenants.HeaderName(), x.cfg.MaxHeaderBytes)
+	if rej != nil {
+		return x.reject(now, rej)
+	}
+	x.hdr = hdr
+	x.kind, x.admission = openai.RouteKind(hdr.method, hdr.path)
+	x.who, rej = x.p.identify(hdr, x.clientIP(m), x.admission)
+	if rej != nil {
+		return x.reject(now, rej)
+	}
+	x.reqTimer.start(now, x.cfg.EnvoyMessageTimeout, !x.duplex())
+	if h.GetEndOfStream() {
+		x.bodyEOS = true
+		x.held = append(x.held, heldHeaders)
+		return x.complete(now)
+	}
+	switch x.reqMode {
+	case extprocfilterv3.ProcessingMode_BUFFERED, extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL:
+		x.stage = stageBody
+		return step{send: []*extprocv3.ProcessingResponse{requestHeadersReply(nil)}}
+	case extprocfilterv3.ProcessingMode_STREAMED:
+		x.held = append(x.held, heldHeaders)
+		if x.early {
+			x.stage = stageBody
+			return step{}
+		}
+		x.headersOnly = true
+		return x.complete(now)
+	case extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		x.held = append(x.held, heldHeaders)
+		x.stage = stageBody
+		return step{}
+	default: // NONE: no body will be sent.
+		x.held = append(x.held, heldHeaders)
+		x.headersOnly = true
+		return x.complete(now)
+	}
+}
+
+// requestBody accumulates the body, or answers chunks that arrive after
+// the decision (STREAMED without early body sending).
+func (x *exchange) requestBody(now time.Time, b *extprocv3.HttpBody) step {
+	if x.stage == stageRouted && x.headersOnly {
+		if x.reqMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+			return x.protocolError("request body after the route in FULL_DUPLEX_STREAMED mode")
+		}
+		return step{send: []*extprocv3.ProcessingResponse{requestBodyReply(nil)}}
+	}
+	if x.stage != stageBody {
+		return x.protocolError("request body in stage %s", x.stage)
+	}
+	x.reqTimer.start(now, x.cfg.EnvoyMessageTimeout, !x.duplex())
+	if len(x.body)+len(b.GetBody()) > x.cfg.MaxBodyBytes {
+		x.body = nil
+		return x.reject(now, bodyTooLarge(x.cfg.MaxBodyBytes))
+	}
+	x.body = append(x.body, b.GetBody()...)
+	switch x.reqMode {
+	case extprocfilterv3.ProcessingMode_STREAMED:
+		x.held = append(x.held, heldChunk)
+		if !b.GetEndOfStream() {
+			return step{}
+		}
+	case extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+		if !b.GetEndOfStream() {
+			return step{}
+		}
+		x.held = append(x.held, heldDuplexBody)
+	default:
+		// BUFFERED sends the whole body in one message (end_of_stream is
+		// false only when trailers follow); BUFFERED_PARTIAL sends what
+		// fit in Envoy's buffer, which a truncated JSON body shows.
+		x.held = append(x.held, heldBufferedBody)
+	}
+	x.bodyEOS = b.GetEndOfStream()
+	return x.complete(now)
+}
+
+// requestTrailers ends a streamed body, or is answered in order.
+func (x *exchange) requestTrailers(now time.Time) step {
+	switch x.stage {
+	case stageBody:
+		if x.duplex() {
+			x.held = append(x.held, heldDuplexBody)
+		}
+		x.held = append(x.held, heldTrailers)
+		return x.complete(now)
+	case stageQueued:
+		x.held = append(x.held, heldTrailers)
+		return step{}
+	case stageRouted:
+		return step{send: []*extprocv3.ProcessingResponse{requestTrailersReply()}}
+	}
+	return x.protocolError("request trailers in stage %s", x.stage)
+}
+
+// complete decides a request whose headers and body are read: route it at
+// once when it is outside admission, otherwise plan it and submit it.
+func (x *exchange) complete(now time.Time) step {
+	if !x.admission {
+		t, ok, err := x.env.route(modelOf(x.body))
+		switch {
+		case err != nil:
+			return x.reject(now, &rejection{reason: reasonShutdown})
+		case !ok:
+			return x.reject(now, &rejection{reason: reasonNoEndpoints, model: modelOf(x.body)})
+		}
+		x.p.metrics.admission.WithLabelValues("routed").Observe(now.Sub(x.start).Seconds())
+		return step{send: x.routeReplies(t)}
+	}
+	pl, rej := x.p.build(now, x.id, x.kind, x.hdr, x.who, x.body, x.headersOnly)
+	if rej != nil {
+		return x.reject(now, rej)
+	}
+	x.plan = pl
+	x.submitAt = now
+	x.stage = stageQueued
+	if err := x.env.submit(&pl.req); err != nil {
+		return x.onShutdown(now)
+	}
+	return step{}
+}
+
+// routeReplies answers every held request message in order; the first one
+// that can carry a header mutation carries the route and the envoy.lb
+// metadata.
+func (x *exchange) routeReplies(t target) []*extprocv3.ProcessingResponse {
+	x.stage = stageRouted
+	mut, md := routing(t)
+	out := make([]*extprocv3.ProcessingResponse, 0, len(x.held)+1)
+	carry := func(r *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+		if mut != nil {
+			r.DynamicMetadata = md
+			mut = nil
+		}
+		return r
+	}
+	for _, h := range x.held {
+		switch h {
+		case heldHeaders:
+			out = append(out, carry(requestHeadersReply(mut)))
+		case heldBufferedBody:
+			out = append(out, carry(requestBodyReply(mut)))
+		case heldChunk:
+			out = append(out, requestBodyReply(nil))
+		case heldDuplexBody:
+			trailers := len(x.held) > 0 && x.held[len(x.held)-1] == heldTrailers
+			out = append(out, duplexRequestBody(x.body, !trailers)...)
+		case heldTrailers:
+			out = append(out, requestTrailersReply())
+		}
+	}
+	x.held = x.held[:0]
+	x.body = nil
+	return out
+}

@@ -1,0 +1,150 @@
+package extproc
+
+import (
+	"fmt"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/tollgate/tollgate/sched/policy"
+)
+
+// Dynamo's request-metadata limits for x-dynamo-meta-* headers.
+const (
+	metaPrefix     = "x-dynamo-meta-"
+	maxMetaEntries = 64
+	maxMetaBytes   = 64 << 10
+)
+
+// Headers tollgate writes upstream.
+const (
+	// headerDestination is the routing header Envoy's ORIGINAL_DST cluster
+	// (or override_host policy) reads; its value is the worker's IP:port.
+	headerDestination = "x-gateway-destination-endpoint"
+	// lbNamespace is the dynamic-metadata namespace carrying the same value.
+	lbNamespace = "envoy.lb"
+	// headerUpstreamRank carries the chosen DP rank to a multi-rank worker.
+	// It is the header vLLM's OpenAI server reads to place a request on a
+	// data-parallel rank.
+	headerUpstreamRank = "x-data-parallel-rank"
+)
+
+// headerInfo is what tollgate reads from the request headers. Values are
+// the first value of each header, as upstream reads them.
+type headerInfo struct {
+	method, path string
+	// values holds the first value of each header policy inputs read.
+	values map[string]string
+	// forwardedFor joins every x-forwarded-for value with ", ".
+	forwardedFor string
+	// bytes is the total size of names and values.
+	bytes int
+}
+
+// lookup adapts the headers to policy.Lookup.
+func (h *headerInfo) lookup(name string) (string, bool) {
+	v, ok := h.values[name]
+	return v, ok
+}
+
+// watchedHeader reports whether name is one the policy inputs read.
+func watchedHeader(name, tenantHeader string) bool {
+	switch name {
+	case "authorization",
+		policy.HeaderPolicyClass, policy.HeaderStrictPriority, policy.HeaderRequestPriority,
+		policy.HeaderWorkerInstanceID, policy.HeaderWorkerInstanceIDAlias,
+		policy.HeaderDPRank, policy.HeaderDPRankAlias, policy.HeaderDataParallelRankAlias,
+		policy.HeaderSMGPriority:
+		return true
+	}
+	return name == tenantHeader
+}
+
+// headerValue returns a header's value: raw_value, which Envoy sends, or
+// value from older senders.
+func headerValue(h *corev3.HeaderValue) string {
+	if len(h.GetRawValue()) > 0 {
+		return string(h.GetRawValue())
+	}
+	return h.GetValue()
+}
+
+// parseHeaders reads the request headers and enforces the size limits: the
+// total size of names and values (maxBytes), and Dynamo's limits of 64
+// x-dynamo-meta-* entries and 64 KiB of metadata. Names are compared in lower
+// case whatever the sender did.
+func parseHeaders(hm *corev3.HeaderMap, tenantHeader string, maxBytes int) (*headerInfo, *rejection) {
+	h := &headerInfo{values: make(map[string]string, 4)}
+	metaEntries, metaBytes := 0, 0
+	for _, hv := range hm.GetHeaders() {
+		key := hv.GetKey()
+		val := headerValue(hv)
+		h.bytes += len(key) + len(val)
+		if h.bytes > maxBytes {
+			return nil, &rejection{reason: reasonHeadersTooLarge,
+				message: fmt.Sprintf("request headers exceed the limit of %d bytes", maxBytes)}
+		}
+		if hasUpper(key) {
+			key = strings.ToLower(key)
+		}
+		switch {
+		case key == ":method":
+			if h.method == "" {
+				h.method = val
+			}
+			continue
+		case key == ":path":
+			if h.path == "" {
+				h.path = val
+			}
+			continue
+		case key == "x-forwarded-for":
+			if h.forwardedFor != "" {
+				h.forwardedFor += ", "
+			}
+			h.forwardedFor += val
+			continue
+		case strings.HasPrefix(key, metaPrefix):
+			metaEntries++
+			metaBytes += len(key) - len(metaPrefix) + len(val)
+			if metaEntries > maxMetaEntries {
+				return nil, &rejection{reason: reasonHeadersTooLarge,
+					message: fmt.Sprintf("too many %s* headers: more than %d", metaPrefix, maxMetaEntries)}
+			}
+			if metaBytes > maxMetaBytes {
+				return nil, &rejection{reason: reasonHeadersTooLarge,
+					message: fmt.Sprintf("%s* headers exceed %d bytes", metaPrefix, maxMetaBytes)}
+			}
+		}
+		if watchedHeader(key, tenantHeader) {
+			if _, seen := h.values[key]; !seen {
+				h.values[key] = val
+			}
+		}
+	}
+	return h, nil
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// forwardedClient picks the client address from an x-forwarded-for list:
+// the entry trustedHops places left of the rightmost one. It returns ""
+// when the list is shorter.
+func forwardedClient(xff string, trustedHops int) string {
+	if xff == "" {
+		return ""
+	}
+	parts := strings.Split(xff, ",")
+	i := len(parts) - 1 - trustedHops
+	if i < 0 {
+		return ""
+	}
+	return strings.TrimSpace(parts[i])
+}

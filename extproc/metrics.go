@@ -1,0 +1,244 @@
+package extproc
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/sched"
+)
+
+// Histogram buckets. smg_scheduler_queue_wait_seconds is a histogram with
+// explicit buckets here; upstream's exporter renders it as a summary.
+var (
+	queueWaitBuckets       = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	decisionLatencyBuckets = prometheus.ExponentialBuckets(1e-5, 4, 9) // 10 µs … 0.66 s
+	errorRatioBuckets      = []float64{-1, -0.5, -0.25, -0.1, -0.05, -0.01, 0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2}
+)
+
+// smgOutcomes are the outcome label values of smg_scheduler_admit_total.
+var smgOutcomes = []struct {
+	o     sched.Outcome
+	label string
+}{
+	{sched.OutcomeAdmitted, "admitted"},
+	{sched.OutcomeQueueFull, "rejected_queue_full"},
+	{sched.OutcomeQueueTimeout, "rejected_queue_timeout"},
+	{sched.OutcomePreempted, "preempted"},
+	{sched.OutcomeClientCancelled, "client_cancelled"},
+}
+
+// metrics holds the server's Prometheus metrics, all on its own registry.
+// Event metrics are recorded where the event happens (stream goroutines,
+// the dispatcher's submit hook); scheduler state is read at scrape time by
+// statsCollector.
+type metrics struct {
+	reg     *prometheus.Registry
+	tenants *tenantLabels
+
+	smgQueueWait    *prometheus.HistogramVec
+	clamp           *prometheus.CounterVec
+	unknownPriority *prometheus.CounterVec
+
+	decisionLatency prometheus.Histogram
+	admission       *prometheus.HistogramVec
+	queueWait       *prometheus.HistogramVec
+	costError       prometheus.Histogram
+	cachedError     prometheus.Histogram
+	rejections      *prometheus.CounterVec
+	budgetExpired   prometheus.Counter
+}
+
+func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metrics {
+	m := &metrics{
+		reg:     prometheus.NewRegistry(),
+		tenants: newTenantLabels(topN),
+		smgQueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "smg_scheduler_queue_wait_seconds",
+			Help:    "Time requests that queued spent waiting, by effective priority class, recorded when they left the queue.",
+			Buckets: queueWaitBuckets,
+		}, []string{"class"}),
+		clamp: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smg_scheduler_clamp_total",
+			Help: "Requests whose x-smg-priority was lowered to the tenant's max class.",
+		}, []string{"tenant", "requested_class", "effective_class"}),
+		unknownPriority: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smg_scheduler_unknown_priority_value_total",
+			Help: "Requests whose non-empty x-smg-priority value was not a known class.",
+		}, []string{"tenant"}),
+		decisionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tollgate_decision_latency_seconds",
+			Help:    "Scheduler overhead of a submit: from the stream handing the request to the dispatcher until the scheduler queued, dispatched or rejected it. Queue time is not included.",
+			Buckets: decisionLatencyBuckets,
+		}),
+		admission: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tollgate_admission_seconds",
+			Help:    "Time from the request headers to tollgate's routing or rejection answer, queue time included, by result.",
+			Buckets: queueWaitBuckets,
+		}, []string{"result"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tollgate_queue_wait_seconds",
+			Help:    "Time requests that queued spent waiting, by model and Dynamo policy class.",
+			Buckets: queueWaitBuckets,
+		}, []string{"model", "policy_class"}),
+		costError: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tollgate_cost_estimate_error_ratio",
+			Help:    "(estimated - actual) / actual prompt tokens, against the usage the worker reported.",
+			Buckets: errorRatioBuckets,
+		}),
+		cachedError: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tollgate_cached_tokens_estimate_error_ratio",
+			Help:    "(estimated - actual) cached prompt tokens / actual prompt tokens, against the usage the worker reported.",
+			Buckets: errorRatioBuckets,
+		}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_rejections_total",
+			Help: "Requests answered by tollgate instead of routed, by error code.",
+		}, []string{"code"}),
+		budgetExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_envoy_budget_expired_total",
+			Help: "Queued requests answered with a queue timeout because Envoy's message timer would have fired first.",
+		}),
+	}
+	m.reg.MustRegister(m.smgQueueWait, m.clamp, m.unknownPriority, m.decisionLatency, m.admission,
+		m.queueWait, m.costError, m.cachedError, m.rejections, m.budgetExpired, newStatsCollector(stats))
+	return m
+}
+
+// observeWait records a queued request leaving the queue.
+func (m *metrics) observeWait(p sched.Priority, model, class string, wait time.Duration) {
+	m.smgQueueWait.WithLabelValues(p.String()).Observe(wait.Seconds())
+	m.queueWait.WithLabelValues(model, class).Observe(wait.Seconds())
+}
+
+// tenantLabels bounds the tenant label's cardinality: the first n distinct
+// tenants keep their own value, every later one is "other". Tenants are
+// admitted in the order they are first seen, so a series never changes its
+// label once created. Safe for concurrent use.
+type tenantLabels struct {
+	n int
+	// mu guards seen.
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+func newTenantLabels(n int) *tenantLabels {
+	return &tenantLabels{n: n, seen: make(map[string]struct{})}
+}
+
+func (t *tenantLabels) label(tenant string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.seen[tenant]; ok {
+		return tenant
+	}
+	if len(t.seen) < t.n {
+		t.seen[tenant] = struct{}{}
+		return tenant
+	}
+	return "other"
+}
+
+// statsCollector turns a scheduler Stats snapshot, fetched from the
+// dispatcher at scrape time, into the smg_scheduler_*, dynamo_frontend_*
+// and per-worker series.
+type statsCollector struct {
+	fetch func(context.Context) (sched.Stats, bool)
+
+	admits, preemptions, promotions                     *prometheus.Desc
+	inflight, depth, limit, utilization, pressure, capy *prometheus.Desc
+	pending, pendingISL, pendingCached, backpressure    *prometheus.Desc
+	rankPrefill, rankRequests, rankBlocks               *prometheus.Desc
+}
+
+func newStatsCollector(fetch func(context.Context) (sched.Stats, bool)) *statsCollector {
+	queue := []string{"model", "worker_type", "policy_class"}
+	rank := []string{"worker", "rank"}
+	class := []string{"class"}
+	return &statsCollector{
+		fetch:         fetch,
+		admits:        prometheus.NewDesc("smg_scheduler_admit_total", "Admission outcomes by effective priority class.", []string{"class", "outcome"}, nil),
+		preemptions:   prometheus.NewDesc("smg_scheduler_preemption_total", "Preemptions by victim and preemptor class.", []string{"victim_class", "by_class"}, nil),
+		promotions:    prometheus.NewDesc("smg_scheduler_starvation_promotion_total", "Starvation promotions by class.", class, nil),
+		inflight:      prometheus.NewDesc("smg_scheduler_inflight", "Dispatched requests holding a slot, by class.", class, nil),
+		depth:         prometheus.NewDesc("smg_scheduler_queue_depth", "Queued requests by class.", class, nil),
+		limit:         prometheus.NewDesc("smg_scheduler_queue_size_limit", "Configured queue_size by class.", class, nil),
+		utilization:   prometheus.NewDesc("smg_scheduler_utilization", "Total in-flight requests / slot capacity.", nil, nil),
+		pressure:      prometheus.NewDesc("smg_scheduler_class_capacity_pressure", "SMG per-class capacity pressure in [0, 1].", class, nil),
+		capy:          prometheus.NewDesc("tollgate_scheduler_capacity", "SMG slot capacity in force.", nil, nil),
+		pending:       prometheus.NewDesc("dynamo_frontend_router_queue_pending_requests", "Queued requests in the policy class.", queue, nil),
+		pendingISL:    prometheus.NewDesc("dynamo_frontend_router_queue_pending_isl_tokens", "Sum of the raw ISL of queued requests in the policy class.", queue, nil),
+		pendingCached: prometheus.NewDesc("dynamo_frontend_router_queue_pending_cached_tokens", "Sum of the cached-token snapshots of queued requests in the policy class.", queue, nil),
+		backpressure:  prometheus.NewDesc("dynamo_frontend_router_queue_backpressure_total", "Queue-limit rejections by limit.", append(queue, "reason"), nil),
+		rankPrefill:   prometheus.NewDesc("tollgate_worker_active_prefill_tokens", "Prefill tokens booked on the worker rank and not yet past their first token.", rank, nil),
+		rankRequests:  prometheus.NewDesc("tollgate_worker_active_requests", "Requests booked on the worker rank.", rank, nil),
+		rankBlocks:    prometheus.NewDesc("tollgate_worker_active_blocks", "KV blocks booked on the worker rank.", rank, nil),
+	}
+}
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.admits, c.preemptions, c.promotions, c.inflight, c.depth, c.limit,
+		c.utilization, c.pressure, c.capy, c.pending, c.pendingISL, c.pendingCached, c.backpressure,
+		c.rankPrefill, c.rankRequests, c.rankBlocks} {
+		ch <- d
+	}
+}
+
+// statsTimeout bounds how long a scrape waits for the dispatcher.
+const statsTimeout = 5 * time.Second
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.fetch == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
+	defer cancel()
+	s, ok := c.fetch(ctx)
+	if !ok {
+		return
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for p := range sched.Priority(sched.NumPriorities) {
+		cl := p.String()
+		for _, o := range smgOutcomes {
+			counter(c.admits, float64(s.Admits[p][o.o]), cl, o.label)
+		}
+		for by := range sched.Priority(sched.NumPriorities) {
+			if by > p {
+				counter(c.preemptions, float64(s.Preemptions[p][by]), cl, by.String())
+			}
+		}
+		if p != sched.PrioritySystem {
+			counter(c.promotions, float64(s.Promotions[p]), cl)
+		}
+		gauge(c.inflight, float64(s.InFlight[p]), cl)
+		gauge(c.depth, float64(s.QueueDepth[p]), cl)
+		gauge(c.limit, float64(s.QueueLimit[p]), cl)
+		gauge(c.pressure, s.Pressure[p], cl)
+	}
+	gauge(c.utilization, s.Utilization)
+	gauge(c.capy, float64(s.Capacity))
+	for _, q := range s.Queues {
+		l := []string{metricModel(q.Model), "decode", q.PolicyClass}
+		gauge(c.pending, float64(q.Requests), l...)
+		gauge(c.pendingISL, float64(q.ISLTokens), l...)
+		gauge(c.pendingCached, float64(q.CachedTokens), l...)
+		for k := sched.LimitRequests; k <= sched.LimitCachedTokens; k++ {
+			counter(c.backpressure, float64(q.Backpressure[k]), append(l, k.Reason())...)
+		}
+	}
+	for _, r := range s.Ranks {
+		l := []string{r.Worker, strconv.FormatUint(uint64(r.Rank), 10)}
+		gauge(c.rankPrefill, float64(r.ActivePrefillTokens), l...)
+		gauge(c.rankRequests, float64(r.ActiveRequests), l...)
+		gauge(c.rankBlocks, float64(r.ActiveBlocks), l...)
+	}
+}

@@ -1,0 +1,276 @@
+package extproc
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate/extproc/openai"
+	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/policy"
+	"github.com/tollgate/tollgate/sched/prefix"
+)
+
+// Tenancy is how tollgate identifies tenants and caps their priority
+// (SMG's tenant resolution and clamp).
+type Tenancy struct {
+	// Tenants resolves tenant keys from the bearer token, the trusted
+	// tenant header and the client address. Nil means no keys and no
+	// trusted header.
+	Tenants *policy.Tenants
+	// PriorityFile supplies tenant_policies max classes. Nil means none.
+	PriorityFile *policy.PriorityFile
+	// DefaultMaxClass is --priority-scheduler-default-max-class; empty
+	// means "default".
+	DefaultMaxClass string
+}
+
+func (t *Tenancy) validate() error {
+	if _, err := policy.ParseDefaultMaxClass(t.DefaultMaxClass); err != nil {
+		return fmt.Errorf("extproc: %w", err)
+	}
+	return nil
+}
+
+// planner turns what a stream read into a scheduler request. It runs in
+// the stream goroutines, in parallel: header parsing, JSON, tokenizing,
+// hashing and the prefix lookup all happen here, never in the dispatcher.
+// It is safe for concurrent use.
+type planner struct {
+	cfg        *Config
+	tenants    *policy.Tenants
+	file       *policy.PriorityFile
+	defaultMax sched.Priority
+	tok        Tokenizer
+	prefix     *prefixCache
+	metrics    *metrics
+	// preemptible[p] is true when some class above p may preempt.
+	preemptible [sched.NumPriorities]bool
+	// queueTimeout[p] is class p's queue timeout, 0 when admission is off.
+	queueTimeout [sched.NumPriorities]time.Duration
+}
+
+func newPlanner(cfg *Config, tok Tokenizer, m *metrics) (*planner, error) {
+	p := &planner{
+		cfg:     cfg,
+		tenants: cfg.Tenancy.Tenants,
+		file:    cfg.Tenancy.PriorityFile,
+		tok:     tok,
+		prefix:  &prefixCache{idx: prefix.New(cfg.RouterTTL, cfg.PrefixMaxEntries)},
+		metrics: m,
+	}
+	if p.tenants == nil {
+		t, err := policy.NewTenants(policy.TenantOptions{})
+		if err != nil {
+			return nil, err
+		}
+		p.tenants = t
+	}
+	dm, err := policy.ParseDefaultMaxClass(cfg.Tenancy.DefaultMaxClass)
+	if err != nil {
+		return nil, err
+	}
+	p.defaultMax = dm
+	if pc := cfg.Sched.Priority; pc.Enabled {
+		for v := range sched.Priority(sched.NumPriorities) {
+			p.queueTimeout[v] = pc.Classes[v].QueueTimeout
+			for by := v + 1; by < sched.NumPriorities; by++ {
+				if pc.Classes[by].CanPreempt {
+					p.preemptible[v] = true
+				}
+			}
+		}
+	}
+	return p, nil
+}
+
+// identity is what the request headers decide.
+type identity struct {
+	tenant   string
+	priority sched.Priority
+}
+
+// identify resolves the tenant (401 on a bad key) and, for an admission
+// route, the effective priority, counting clamps and unknown values as SMG
+// does: before admission, so rejected requests count too. A malformed pin
+// header is a 400 here already.
+func (p *planner) identify(h *headerInfo, clientIP string, admission bool) (identity, *rejection) {
+	tenantHeader, _ := h.lookup(p.tenants.HeaderName())
+	auth, _ := h.lookup("authorization")
+	tenant, err := p.tenants.Resolve(auth, tenantHeader, clientIP)
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), policy.ErrUnauthorized.Error()+": ")
+		return identity{}, &rejection{reason: reasonUnauthorized, message: msg}
+	}
+	id := identity{tenant: tenant, priority: sched.PriorityDefault}
+	if !admission {
+		return id, nil
+	}
+	v, present := h.lookup(policy.HeaderSMGPriority)
+	requested, unknown := policy.ParsePriorityHeader(v, present)
+	if unknown {
+		p.metrics.unknownPriority.WithLabelValues(p.metrics.tenants.label(tenant)).Inc()
+	}
+	eff, clamped := policy.Clamp(requested, tenant, p.file, p.defaultMax)
+	if clamped {
+		p.metrics.clamp.WithLabelValues(p.metrics.tenants.label(tenant), requested.String(), eff.String()).Inc()
+	}
+	id.priority = eff
+	if _, err := policy.ParsePin(h.lookup, "", nil); err != nil {
+		return identity{}, pinRejection(err)
+	}
+	return id, nil
+}
+
+func pinRejection(err error) *rejection {
+	r := &rejection{reason: reasonBadRequest, message: err.Error()}
+	var pe *policy.PinError
+	if errors.As(err, &pe) {
+		r.param = pe.Header
+	}
+	return r
+}
+
+// plan is a request ready for the scheduler, with what the response path
+// needs to compare against the worker's usage.
+type plan struct {
+	req    sched.Request
+	hashes []uint64
+	// estimate is the prompt token count, exact when exact is set.
+	estimate  int
+	exact     bool
+	textBytes int
+	// cachedBest is the largest cached-token estimate over workers.
+	cachedBest uint64
+	// cachedByWorker is the Cached list, sorted by worker.
+	cachedByWorker []sched.CachedTokens
+}
+
+// cachedOn returns the cached-token estimate for one worker.
+func (pl *plan) cachedOn(worker string) uint64 {
+	for _, c := range pl.cachedByWorker {
+		if c.Worker == worker {
+			return c.Tokens
+		}
+	}
+	return 0
+}
+
+// build parses an admission request's body and makes the scheduler
+// request. body may be nil when the body is unavailable (headers-only
+// processing), which schedules with what the headers say.
+func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInfo, who identity, body []byte, headersOnly bool) (*plan, *rejection) {
+	var r openai.Request
+	if !headersOnly {
+		parsed, err := openai.Parse(kind, body)
+		if err != nil {
+			return nil, badRequest(err)
+		}
+		r = *parsed
+	}
+	pin, err := policy.ParsePin(h.lookup, r.Hints.BackendInstanceID, r.Hints.DPRank)
+	if err != nil {
+		return nil, pinRejection(err)
+	}
+	strict, hasStrict, jump := policy.PriorityInputs(h.lookup, policy.AgentHints{
+		Priority: r.Hints.Priority, StrictPriority: r.Hints.StrictPriority, LatencySensitivity: r.Hints.LatencySensitivity,
+	})
+	cls, present := h.lookup(policy.HeaderPolicyClass)
+	pl := &plan{textBytes: r.TextBytes}
+	bs := int(p.cfg.Sched.BlockSize)
+	switch {
+	case len(r.TokenIDs) > 0:
+		pl.estimate, pl.exact = len(r.TokenIDs), true
+		pl.hashes = prefix.HashTokens(r.Model, r.TokenIDs, bs, nil)
+	case r.Text != "":
+		ids, n := p.tok.Encode(r.Model, r.Text, nil)
+		pl.estimate = n
+		if p.tok.Exact() {
+			pl.exact = true
+			pl.hashes = prefix.HashTokens(r.Model, ids, bs, nil)
+		} else {
+			pl.hashes = prefix.HashBytes(r.Model, []byte(r.Text), bs*p.cfg.PrefixBytesPerToken, nil)
+		}
+	}
+	pl.cachedByWorker = p.prefix.lookup(now, pl.hashes, uint64(bs))
+	for _, c := range pl.cachedByWorker {
+		pl.cachedBest = max(pl.cachedBest, c.Tokens)
+	}
+	pl.req = sched.Request{
+		ID:                id,
+		Model:             r.Model,
+		Class:             policy.PolicyClass(cls, present),
+		Priority:          who.priority,
+		StrictPriority:    strict,
+		HasStrictPriority: hasStrict,
+		PriorityJump:      jump,
+		ISL:               uint64(pl.estimate),
+		Cached:            pl.cachedByWorker,
+		Pin:               pin,
+		RequiredTaints:    r.Hints.RequiredTaints,
+	}
+	return pl, nil
+}
+
+// badRequest maps a body parse error to its rejection.
+func badRequest(err error) *rejection {
+	var oe *openai.Error
+	if errors.As(err, &oe) {
+		r := &rejection{reason: reasonBadRequest, message: oe.Message, param: oe.Param, errType: oe.Type, errCode: oe.Code}
+		if oe.Status == http.StatusRequestEntityTooLarge {
+			r.reason = reasonBodyTooLarge
+		}
+		return r
+	}
+	return &rejection{reason: reasonBadRequest, message: err.Error()}
+}
+
+// modelOf reads the model of a request body that is not under admission,
+// for routing; "" when there is none.
+func modelOf(body []byte) string {
+	if len(body) == 0 {
+		return ""
+	}
+	var v struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(body, &v) != nil {
+		return ""
+	}
+	return v.Model
+}
+
+// prefixCache guards the prefix index, shared by all streams.
+type prefixCache struct {
+	// mu guards idx.
+	mu  sync.Mutex
+	idx *prefix.Index
+}
+
+func (c *prefixCache) lookup(now time.Time, hashes []uint64, blockTokens uint64) []sched.CachedTokens {
+	if len(hashes) == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.idx.Lookup(now, hashes, blockTokens, nil)
+}
+
+func (c *prefixCache) record(now time.Time, worker string, hashes []uint64) {
+	if len(hashes) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.idx.Record(now, worker, hashes)
+}
+
+func (c *prefixCache) removeWorker(worker string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.idx.RemoveWorker(worker)
+}

@@ -1,0 +1,111 @@
+package extproc
+
+import (
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// maxDuplexChunk bounds one re-streamed body chunk in FULL_DUPLEX_STREAMED
+// mode, under Envoy's recommended 64 KiB per message.
+const maxDuplexChunk = 62_000
+
+// routing is the header mutation and dynamic metadata that send a request
+// to t: x-gateway-destination-endpoint (overwriting any client value), the
+// DP-rank header for a multi-rank worker (removed otherwise, so a client
+// value never reaches a worker that did not get a rank), and
+// envoy.lb/x-gateway-destination-endpoint. Set headers are sorted by name.
+func routing(t target) (*extprocv3.HeaderMutation, *structpb.Struct) {
+	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(headerDestination, t.address)}}
+	if t.multiRank {
+		m.SetHeaders = append(m.SetHeaders, setHeader(headerUpstreamRank, strconv.FormatUint(uint64(t.rank), 10)))
+	} else {
+		m.RemoveHeaders = []string{headerUpstreamRank}
+	}
+	sortHeaders(m.SetHeaders)
+	md := &structpb.Struct{Fields: map[string]*structpb.Value{
+		lbNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			headerDestination: structpb.NewStringValue(t.address),
+		}}),
+	}}
+	return m, md
+}
+
+// common wraps a header mutation (nil for none) as a CONTINUE response.
+func common(m *extprocv3.HeaderMutation) *extprocv3.CommonResponse {
+	return &extprocv3.CommonResponse{HeaderMutation: m}
+}
+
+func requestHeadersReply(m *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		RequestHeaders: &extprocv3.HeadersResponse{Response: common(m)}}}
+}
+
+func requestBodyReply(m *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: common(m)}}}
+}
+
+func requestTrailersReply() *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+		RequestTrailers: &extprocv3.TrailersResponse{}}}
+}
+
+func responseHeadersReply() *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: common(nil)}}}
+}
+
+func responseBodyReply() *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: common(nil)}}}
+}
+
+func responseTrailersReply() *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+		ResponseTrailers: &extprocv3.TrailersResponse{}}}
+}
+
+// streamed is a FULL_DUPLEX_STREAMED body chunk going back to Envoy.
+func streamed(b []byte, eos bool) *extprocv3.BodyResponse {
+	return &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
+		BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+			StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b, EndOfStream: eos}}}}}
+}
+
+// duplexRequestBody re-streams a request body in chunks of at most
+// maxDuplexChunk bytes; eos marks the last one (false when trailers follow).
+// An empty body with eos is one empty chunk.
+func duplexRequestBody(body []byte, eos bool) []*extprocv3.ProcessingResponse {
+	var out []*extprocv3.ProcessingResponse
+	for len(body) > 0 || (len(out) == 0 && eos) {
+		n := min(len(body), maxDuplexChunk)
+		last := n == len(body)
+		out = append(out, &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+			RequestBody: streamed(body[:n], last && eos)}})
+		body = body[n:]
+	}
+	return out
+}
+
+// duplexResponseChunk echoes one response body chunk unchanged.
+func duplexResponseChunk(b []byte, eos bool) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: streamed(b, eos)}}
+}
+
+// overrideTimeout is the one bare message that extends Envoy's timer for
+// the outstanding message.
+func overrideTimeout(d time.Duration) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(d)}
+}
+
+// immediateReply ends the HTTP request with the rejection's answer.
+func immediateReply(r *rejection) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: r.immediate()}}
+}

@@ -1,0 +1,525 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/policy"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testPriority is SMG admission without reservations, so one slot is a
+// usable capacity: interactive and system may preempt.
+func testPriority() sched.PriorityConfig {
+	c := sched.PriorityConfig{Enabled: true}
+	for p := range sched.Priority(sched.NumPriorities) {
+		c.Classes[p] = sched.ClassConfig{QueueSize: 8, QueueTimeout: 30 * time.Second, StarvationThreshold: time.Minute,
+			CanPreempt: p >= sched.PriorityInteractive}
+	}
+	return c
+}
+
+type testServer struct {
+	t      *testing.T
+	srv    *Server
+	client extprocv3.ExternalProcessorClient
+	health healthgrpc.HealthClient
+}
+
+// startServer runs a Server on a bufconn listener for the test's duration.
+func startServer(t *testing.T, cfg Config, workers []Worker) *testServer {
+	t.Helper()
+	s, err := New(cfg, workers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := ServerOptions(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := bufconn.Listen(1 << 20)
+	g := grpc.NewServer(opts...)
+	s.Register(g)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Run(ctx) })
+	wg.Go(func() { _ = g.Serve(lis) })
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		g.Stop()
+		cancel()
+		wg.Wait()
+		s.Wait()
+	})
+	return &testServer{t: t, srv: s, client: extprocv3.NewExternalProcessorClient(conn), health: healthgrpc.NewHealthClient(conn)}
+}
+
+// clientStream is one simulated Envoy side stream.
+type clientStream struct {
+	t      *testing.T
+	s      extprocv3.ExternalProcessor_ProcessClient
+	cancel context.CancelFunc
+	// in carries replies and, last, the error that ended the stream.
+	in   chan clientReceived
+	done chan struct{}
+}
+
+// received is one reply or the stream's final error.
+type clientReceived struct {
+	m   *extprocv3.ProcessingResponse
+	err error
+}
+
+func (ts *testServer) open() *clientStream {
+	ts.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := ts.client.Process(ctx)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	c := &clientStream{t: ts.t, s: s, cancel: cancel, in: make(chan clientReceived, 64), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		for {
+			m, err := s.Recv()
+			c.in <- clientReceived{m, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	ts.t.Cleanup(func() { cancel(); <-c.done })
+	return c
+}
+
+func (c *clientStream) send(ms ...*extprocv3.ProcessingRequest) {
+	c.t.Helper()
+	for _, m := range ms {
+		if err := c.s.Send(m); err != nil {
+			c.t.Fatalf("send: %v", err)
+		}
+	}
+}
+
+// recv returns the next reply, failing after a few seconds.
+func (c *clientStream) recv() *extprocv3.ProcessingResponse {
+	c.t.Helper()
+	select {
+	case r := <-c.in:
+		if r.err != nil {
+			c.t.Fatalf("stream ended: %v", r.err)
+		}
+		return r.m
+	case <-time.After(5 * time.Second):
+		c.t.Fatal("no reply within 5 s")
+	}
+	return nil
+}
+
+// recvKinds receives n replies and returns their kinds.
+func (c *clientStream) recvKinds(n int) []string {
+	c.t.Helper()
+	var out []*extprocv3.ProcessingResponse
+	for range n {
+		out = append(out, c.recv())
+	}
+	return kinds(out)
+}
+
+// untilRoute receives replies until the route, skipping the headers reply
+// and an override.
+func (c *clientStream) untilRoute() {
+	c.t.Helper()
+	for {
+		k := c.recvKinds(1)[0]
+		if strings.HasSuffix(k, "+route") {
+			return
+		}
+		if k != "req_headers" && !strings.HasPrefix(k, "override") {
+			c.t.Fatalf("got %s while waiting for the route", k)
+		}
+	}
+}
+
+// end waits for the server to end the stream and returns its status.
+func (c *clientStream) end() error {
+	c.t.Helper()
+	select {
+	case r := <-c.in:
+		if r.err == nil {
+			c.t.Fatalf("unexpected reply %v", kinds([]*extprocv3.ProcessingResponse{r.m}))
+		}
+		return r.err
+	case <-time.After(5 * time.Second):
+		c.t.Fatal("stream not ended within 5 s")
+	}
+	return nil
+}
+
+// quiet fails if a reply arrives within d.
+func (c *clientStream) quiet(d time.Duration) {
+	c.t.Helper()
+	select {
+	case r := <-c.in:
+		c.t.Fatalf("unexpected reply %v (%v)", kinds([]*extprocv3.ProcessingResponse{r.m}), r.err)
+	case <-time.After(d):
+	}
+}
+
+// finish completes an admitted request's response and closes the stream.
+func (c *clientStream) finish() {
+	c.t.Helper()
+	c.send(respHeaders(false), respBody("data: [DONE]\n\n", true))
+	c.recvKinds(2)
+	if err := c.s.CloseSend(); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := c.end(); !errors.Is(err, io.EOF) {
+		c.t.Fatalf("stream end %v, want EOF", err)
+	}
+}
+
+// waitIdle waits until the scheduler holds nothing: no slot, no queue, no
+// booking.
+func (ts *testServer) waitIdle() {
+	ts.t.Helper()
+	ts.waitStats("idle", func(s sched.Stats) bool {
+		for p := range sched.NumPriorities {
+			if s.InFlight[p] != 0 || s.QueueDepth[p] != 0 {
+				return false
+			}
+		}
+		for _, r := range s.Ranks {
+			if r.ActiveRequests != 0 || r.ActivePrefillTokens != 0 || r.ActiveBlocks != 0 {
+				return false
+			}
+		}
+		for _, q := range s.Queues {
+			if q.Requests != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (ts *testServer) waitStats(what string, ok func(sched.Stats) bool) {
+	ts.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s, got := ts.srv.Stats(context.Background())
+		if got && ok(s) {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.t.Fatalf("scheduler not %s: %+v", what, s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var oneWorker = []Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1}}
+
+func TestServer_BufferedRoundTrip(t *testing.T) {
+	ts := startServer(t, Config{}, []Worker{{ID: "w0", Address: "10.0.0.7:8000"}, {ID: "w1", Address: "10.0.0.8:8000", DPSize: 2}})
+	c := ts.open()
+	p := proto{req: modeBuffered, resp: modeStreamed}
+	c.send(reqHeaders(p, "POST", "/v1/chat/completions", false))
+	if got := c.recvKinds(1); !cmp.Equal([]string{"req_headers"}, got) {
+		t.Fatalf("headers: %v", got)
+	}
+	c.send(reqBody(chatBody, true))
+	m := c.recv()
+	if got := kinds([]*extprocv3.ProcessingResponse{m}); !cmp.Equal([]string{"req_body+route"}, got) {
+		t.Fatalf("body: %v", got)
+	}
+	dest := headerMap(m.GetRequestBody().GetResponse().GetHeaderMutation())[headerDestination]
+	if dest != "10.0.0.7:8000" && dest != "10.0.0.8:8000" {
+		t.Fatalf("destination %q", dest)
+	}
+	ts.waitStats("booked", func(s sched.Stats) bool { return s.InFlight[sched.PriorityDefault] == 1 })
+	c.finish()
+	ts.waitIdle()
+}
+
+func TestServer_GetRoutesWithoutAdmission(t *testing.T) {
+	ts := startServer(t, Config{}, oneWorker)
+	c := ts.open()
+	c.send(reqHeaders(proto{req: modeBuffered}, "GET", "/v1/models", true))
+	if got := c.recvKinds(1); !cmp.Equal([]string{"req_headers+route"}, got) {
+		t.Fatalf("%v", got)
+	}
+	_ = c.s.CloseSend()
+	if err := c.end(); !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	s, _ := ts.srv.Stats(context.Background())
+	if s.Admits[sched.PriorityDefault][sched.OutcomeAdmitted] != 0 {
+		t.Error("a GET was counted as an admission")
+	}
+}
+
+func TestServer_ClientCancelWhileQueuedThenCapacityFrees(t *testing.T) {
+	ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
+	p := proto{req: modeBuffered, resp: modeStreamed}
+	admit := func() *clientStream {
+		c := ts.open()
+		c.send(reqHeaders(p, "POST", "/v1/chat/completions", false))
+		c.recv()
+		c.send(reqBody(chatBody, true))
+		return c
+	}
+	a := admit()
+	if got := a.recvKinds(1); !cmp.Equal([]string{"req_body+route"}, got) {
+		t.Fatalf("a: %v", got)
+	}
+	b := admit()
+	if got := b.recvKinds(1); !cmp.Equal([]string{"override 30.1s"}, got) {
+		t.Fatalf("b queued: %v", got)
+	}
+	ts.waitStats("b queued", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 1 })
+	b.cancel() // Envoy resets the stream: the client went away.
+	ts.waitStats("b gone", func(s sched.Stats) bool {
+		return s.QueueDepth[sched.PriorityDefault] == 0 && s.Admits[sched.PriorityDefault][sched.OutcomeClientCancelled] == 1
+	})
+	c := admit()
+	if got := c.recvKinds(1); !cmp.Equal([]string{"override 30.1s"}, got) {
+		t.Fatalf("c queued: %v", got)
+	}
+	a.finish()
+	if got := c.recvKinds(1); !cmp.Equal([]string{"req_body+route"}, got) {
+		t.Fatalf("c after a finished: %v", got)
+	}
+	c.finish()
+	ts.waitIdle()
+}
+
+func TestServer_HalfCloseWhileQueuedCancels(t *testing.T) {
+	ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
+	p := proto{req: modeBuffered}
+	a := ts.open()
+	a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+	a.recvKinds(2)
+	b := ts.open()
+	b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+	b.recvKinds(2) // headers, override
+	if err := b.s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.end(); !errors.Is(err, io.EOF) {
+		t.Fatalf("b end %v", err)
+	}
+	ts.waitStats("b gone", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 0 })
+	a.finish()
+	ts.waitIdle()
+}
+
+func TestServer_PreemptedVictimStreamEndsUnavailable(t *testing.T) {
+	cfg := Config{Sched: sched.Config{Priority: testPriority()}, Tenancy: &Tenancy{DefaultMaxClass: "system"}}
+	ts := startServer(t, cfg, oneWorker)
+	p := proto{req: modeBuffered, resp: modeStreamed, early: true}
+	victim := ts.open()
+	victim.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "bulk"), reqBody(chatBody, true))
+	if got := victim.recvKinds(2); !cmp.Equal([]string{"req_headers", "req_body+route"}, got) {
+		t.Fatalf("victim: %v", got)
+	}
+	urgent := ts.open()
+	urgent.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "interactive"), reqBody(chatBody, true))
+	err := victim.end()
+	if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != "scheduler_preempted" {
+		t.Fatalf("victim end %v", err)
+	}
+	// The victim's slot goes to the preemptor.
+	urgent.untilRoute()
+	urgent.finish()
+	ts.waitIdle()
+	s, _ := ts.srv.Stats(context.Background())
+	if s.Preemptions[sched.PriorityBulk][sched.PriorityInteractive] != 1 {
+		t.Errorf("preemptions %v", s.Preemptions)
+	}
+}
+
+func TestServer_PreemptedVictimWithHeldResponseGets503(t *testing.T) {
+	cfg := Config{Sched: sched.Config{Priority: testPriority()}, Tenancy: &Tenancy{DefaultMaxClass: "system"}}
+	ts := startServer(t, cfg, oneWorker)
+	p := proto{req: modeBuffered, resp: modeStreamed, early: true}
+	victim := ts.open()
+	victim.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "bulk"), reqBody(chatBody, true))
+	victim.recvKinds(2)
+	victim.send(respHeaders(false))
+	victim.quiet(50 * time.Millisecond) // held until the first token
+	urgent := ts.open()
+	urgent.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "interactive"), reqBody(chatBody, true))
+	m := victim.recv()
+	ir := m.GetImmediateResponse()
+	if ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["x-smg-preempted"] != "true" {
+		t.Fatalf("victim got %v", kinds([]*extprocv3.ProcessingResponse{m}))
+	}
+	if err := victim.end(); !errors.Is(err, io.EOF) {
+		t.Fatalf("victim end %v", err)
+	}
+	urgent.untilRoute()
+	urgent.finish()
+	ts.waitIdle()
+}
+
+func TestServer_DrainAnswersQueuedAndWaitsForInFlight(t *testing.T) {
+	ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}, DrainDelay: 10 * time.Millisecond}, oneWorker)
+	p := proto{req: modeBuffered, resp: modeStreamed}
+	a := ts.open()
+	a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+	a.recvKinds(2)
+	b := ts.open()
+	b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+	b.recvKinds(2)
+	drained := make(chan error, 1)
+	go func() { drained <- ts.srv.Drain(context.Background()) }()
+	m := b.recv()
+	ir := m.GetImmediateResponse()
+	if ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["retry-after"] == "" {
+		t.Fatalf("queued request got %v", kinds([]*extprocv3.ProcessingResponse{m}))
+	}
+	hc, err := ts.health.Check(context.Background(), &healthgrpc.HealthCheckRequest{Service: ServiceName})
+	if err != nil || hc.GetStatus() != healthgrpc.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health while draining %v %v", hc.GetStatus(), err)
+	}
+	rec := httptest.NewRecorder()
+	ts.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz while draining: %d", rec.Code)
+	}
+	// A new arrival is answered 503 too.
+	c := ts.open()
+	c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+	c.recv()
+	if ir := c.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 503 {
+		t.Fatalf("arrival while draining: %v", ir)
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("drain returned %v with a request in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	a.finish()
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	ts.waitIdle()
+}
+
+func TestServer_HealthFollowsWorkers(t *testing.T) {
+	ts := startServer(t, Config{}, nil)
+	check := func(want healthgrpc.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		for _, svc := range []string{"", ServiceName} {
+			hc, err := ts.health.Check(context.Background(), &healthgrpc.HealthCheckRequest{Service: svc})
+			if err != nil || hc.GetStatus() != want {
+				t.Fatalf("health %q = %v %v, want %v", svc, hc.GetStatus(), err, want)
+			}
+		}
+	}
+	check(healthgrpc.HealthCheckResponse_NOT_SERVING)
+	if err := ts.srv.SetWorkers(oneWorker); err != nil {
+		t.Fatal(err)
+	}
+	check(healthgrpc.HealthCheckResponse_SERVING)
+	if err := ts.srv.SetWorkers([]Worker{{ID: "w0", Address: "gpu-0:8000"}}); err == nil || !strings.Contains(err.Error(), `worker "w0"`) {
+		t.Fatalf("hostname accepted: %v", err)
+	}
+	check(healthgrpc.HealthCheckResponse_SERVING)
+}
+
+func TestServer_WorkerRemovalAnswersQueuedPinnedRequest(t *testing.T) {
+	ws := []Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1}, {ID: "w1", Address: "10.0.0.8:8000", MaxRunningRequests: 1}}
+	ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, ws)
+	p := proto{req: modeBuffered}
+	var held []*clientStream
+	for range 2 {
+		c := ts.open()
+		c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		if got := c.recvKinds(2); got[1] != "req_body+route" {
+			t.Fatalf("fill: %v", got)
+		}
+		held = append(held, c)
+	}
+	pinned := ts.open()
+	pinned.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-dynamo-worker-instance-id", "w1"), reqBody(chatBody, true))
+	pinned.recvKinds(2)
+	if err := ts.srv.SetWorkers(ws[:1]); err != nil {
+		t.Fatal(err)
+	}
+	ir := pinned.recv().GetImmediateResponse()
+	if ir.GetStatus().GetCode() != 503 || !strings.Contains(string(ir.GetBody()), "w1") {
+		t.Fatalf("pinned: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
+	}
+	for _, c := range held {
+		c.finish()
+	}
+	ts.waitIdle()
+}
+
+// TestServer_MessageOverTheReceiveLimitFailsClosed: gRPC itself ends a
+// stream whose message exceeds the receive limit; Envoy then answers with
+// its status_on_error, and nothing stays booked.
+func TestServer_MessageOverTheReceiveLimitFailsClosed(t *testing.T) {
+	ts := startServer(t, Config{MaxBodyBytes: 1024, MaxHeaderBytes: 1024}, oneWorker)
+	c := ts.open()
+	c.send(reqHeaders(proto{req: modeBuffered}, "POST", "/v1/completions", false))
+	c.recv()
+	_ = c.s.Send(reqBody(strings.Repeat("x", 300<<10), true)) // over 1 KiB + 1 KiB + 256 KiB
+	if err := c.end(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("end %v", err)
+	}
+	ts.waitIdle()
+}
+
+func TestServer_ClientIPFromForwardedFor(t *testing.T) {
+	tenants, err := policy.NewTenants(policy.TenantOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := policy.DefaultPriorityFile()
+	file.Tenants["ip:198.51.100.7"] = sched.PriorityBulk
+	cfg := testConfig(func(c *Config) {
+		c.ClientIP, c.ForwardedForTrustedHops = ClientIPForwardedFor, 1
+		c.Tenancy = &Tenancy{Tenants: tenants, PriorityFile: file}
+	})
+	x, env, _ := newTestExchange(t, cfg)
+	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false,
+		"x-forwarded-for", "198.51.100.7, 10.1.1.1", "x-smg-priority", "interactive"), reqBody(chatBody, true))
+	if x.who.tenant != "ip:198.51.100.7" || env.submits[0].Priority != sched.PriorityBulk {
+		t.Fatalf("tenant %q priority %v", x.who.tenant, env.submits[0].Priority)
+	}
+	// The default source is the source.address attribute, never the peer.
+	x, _, _ = newTestExchange(t, testConfig(nil))
+	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false, "x-forwarded-for", "198.51.100.7"))
+	if x.who.tenant != "ip:192.0.2.10" {
+		t.Fatalf("tenant %q", x.who.tenant)
+	}
+}

@@ -1,0 +1,185 @@
+package extproc
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/tollgate/tollgate/sched"
+)
+
+// Worker is one model server as the workers file (or a discovery source)
+// describes it. Workers reach the scheduler through Server.SetWorkers, which
+// validates the whole set before swapping it in atomically.
+type Worker struct {
+	// ID is what pins name (x-dynamo-worker-instance-id); unique in a set.
+	ID string `json:"id"`
+	// Address is the literal IP:port Envoy's ORIGINAL_DST cluster connects
+	// to. Hostnames are rejected: Envoy would not resolve them.
+	Address string `json:"address"`
+	// MaxRunningRequests is the worker's SMG slot count; 0 means
+	// sched.DefaultMaxRunningRequests.
+	MaxRunningRequests uint32 `json:"max_running_requests,omitempty"`
+	// MaxNumBatchedTokens is Dynamo's max_num_batched_tokens; 0 means
+	// sched.DefaultMaxBatchedTokens.
+	MaxNumBatchedTokens uint64 `json:"max_num_batched_tokens,omitempty"`
+	// DPSize is the number of data-parallel ranks; 0 means 1.
+	DPSize uint32 `json:"dp_size,omitempty"`
+	// DPStartRank is the first rank.
+	DPStartRank uint32 `json:"dp_start_rank,omitempty"`
+	// Taints are matched against a request's required taints.
+	Taints []string `json:"taints,omitempty"`
+	// Model is the served model name; empty serves every model.
+	Model string `json:"model,omitempty"`
+}
+
+// workersFile is the schema of the workers file.
+type workersFile struct {
+	Workers []Worker `json:"workers"`
+}
+
+// LoadWorkersFile reads and validates a workers file:
+//
+//	workers:
+//	- {id: w0, address: "10.0.0.7:8000", max_running_requests: 64, dp_size: 2, model: llama}
+//
+// Unknown and duplicate keys are errors. An empty list is valid.
+func LoadWorkersFile(path string) ([]Worker, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("extproc: workers file: %w", err)
+	}
+	ws, err := ParseWorkers(data)
+	if err != nil {
+		return nil, fmt.Errorf("extproc: workers file %s: %w", path, err)
+	}
+	return ws, nil
+}
+
+// ParseWorkers decodes and validates the content of a workers file.
+func ParseWorkers(data []byte) ([]Worker, error) {
+	var f workersFile
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return nil, fmt.Errorf("invalid yaml: %w", err)
+	}
+	if err := ValidateWorkers(f.Workers); err != nil {
+		return nil, err
+	}
+	return f.Workers, nil
+}
+
+// ValidateWorkers reports every problem of a worker set, joined: missing or
+// duplicate ids, addresses that are not literal IP:port, DP ranges that
+// overflow, empty taints.
+func ValidateWorkers(ws []Worker) error {
+	var errs []error
+	seen := make(map[string]int, len(ws))
+	for i, w := range ws {
+		name := fmt.Sprintf("worker %d", i)
+		if w.ID != "" {
+			name = fmt.Sprintf("worker %q", w.ID)
+		}
+		bad := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+		}
+		switch {
+		case w.ID == "":
+			bad("id is required")
+		case strings.TrimSpace(w.ID) != w.ID:
+			bad("id has surrounding whitespace")
+		}
+		if j, dup := seen[w.ID]; dup && w.ID != "" {
+			bad("duplicate id (also worker %d)", j)
+		} else {
+			seen[w.ID] = i
+		}
+		if _, err := parseAddress(w.Address); err != nil {
+			bad("%v", err)
+		}
+		if uint64(w.DPStartRank)+uint64(max(w.DPSize, 1)) > 1<<32 {
+			bad("dp_start_rank %d + dp_size %d overflows a 32-bit rank", w.DPStartRank, w.DPSize)
+		}
+		if slices.Contains(w.Taints, "") {
+			bad("taints contain an empty value")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// parseAddress accepts a literal IP:port with a non-zero port.
+func parseAddress(a string) (netip.AddrPort, error) {
+	if a == "" {
+		return netip.AddrPort{}, errors.New("address is required")
+	}
+	ap, err := netip.ParseAddrPort(a)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("address %q is not a literal IP:port (hostnames are not resolved; Envoy's ORIGINAL_DST cluster needs an IP)", a)
+	}
+	if ap.Port() == 0 {
+		return netip.AddrPort{}, fmt.Errorf("address %q has port 0", a)
+	}
+	if ap.Addr().Zone() != "" {
+		return netip.AddrPort{}, fmt.Errorf("address %q has an IPv6 zone, which Envoy does not accept", a)
+	}
+	return ap, nil
+}
+
+// target is where a dispatched or routed request goes.
+type target struct {
+	worker  string
+	address string // canonical IP:port
+	rank    uint32
+	// multiRank is true when the worker has more than one DP rank, so the
+	// rank header must be sent upstream.
+	multiRank bool
+}
+
+// workerSet is a validated, immutable worker set: what the scheduler sees
+// and how to reach each worker.
+type workerSet struct {
+	sched []sched.Worker
+	// byID maps an id to its address and rank count.
+	byID map[string]workerAddr
+}
+
+type workerAddr struct {
+	address string
+	ranks   uint32
+}
+
+// newWorkerSet validates ws and builds the set. ws is not retained.
+func newWorkerSet(ws []Worker) (*workerSet, error) {
+	if err := ValidateWorkers(ws); err != nil {
+		return nil, err
+	}
+	s := &workerSet{sched: make([]sched.Worker, len(ws)), byID: make(map[string]workerAddr, len(ws))}
+	for i, w := range ws {
+		ap, _ := parseAddress(w.Address) // validated above
+		s.sched[i] = sched.Worker{
+			ID:                 w.ID,
+			Model:              w.Model,
+			Taints:             slices.Clone(w.Taints),
+			DPSize:             w.DPSize,
+			DPStart:            w.DPStartRank,
+			MaxRunningRequests: w.MaxRunningRequests,
+			MaxBatchedTokens:   w.MaxNumBatchedTokens,
+		}
+		s.byID[w.ID] = workerAddr{address: ap.String(), ranks: max(w.DPSize, 1)}
+	}
+	return s, nil
+}
+
+// target resolves a scheduler decision to an address. ok is false for a
+// worker that is not in the set.
+func (s *workerSet) target(worker string, rank uint32) (target, bool) {
+	a, ok := s.byID[worker]
+	if !ok {
+		return target{}, false
+	}
+	return target{worker: worker, address: a.address, rank: rank, multiRank: a.ranks > 1}, true
+}

@@ -1,0 +1,236 @@
+package extproc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseWorkers(t *testing.T) {
+	ws, err := ParseWorkers([]byte(`
+workers:
+- id: w0
+  address: 10.0.0.7:8000
+  max_running_requests: 32
+  max_num_batched_tokens: 8192
+  dp_size: 2
+  dp_start_rank: 4
+  taints: [gpu-h100]
+  model: llama
+- id: w1
+  address: "[fd00::1]:8000"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Worker{
+		{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 32, MaxNumBatchedTokens: 8192, DPSize: 2, DPStartRank: 4, Taints: []string{"gpu-h100"}, Model: "llama"},
+		{ID: "w1", Address: "[fd00::1]:8000"},
+	}
+	if diff := cmp.Diff(want, ws); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	set, err := newWorkerSet(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg, ok := set.target("w0", 5); !ok || tg.address != "10.0.0.7:8000" || !tg.multiRank || tg.rank != 5 {
+		t.Errorf("target w0: %+v %v", tg, ok)
+	}
+	if tg, _ := set.target("w1", 0); tg.multiRank || tg.address != "[fd00::1]:8000" {
+		t.Errorf("target w1: %+v", tg)
+	}
+	if _, ok := set.target("w9", 0); ok {
+		t.Error("unknown worker resolved")
+	}
+	if s := set.sched[0]; s.ID != "w0" || s.DPSize != 2 || s.DPStart != 4 || s.MaxRunningRequests != 32 || s.MaxBatchedTokens != 8192 || s.Model != "llama" {
+		t.Errorf("sched worker %+v", s)
+	}
+}
+
+func TestParseWorkers_Rejects(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"unknown key", "workers:\n- {id: w0, address: 10.0.0.1:80, gpus: 8}\n", []string{"unknown field", "gpus"}},
+		{"duplicate key", "workers:\n- {id: w0, id: w1, address: 10.0.0.1:80}\n", []string{"id"}},
+		{"hostname", "workers:\n- {id: gpu-a, address: gpu-a.svc:8000}\n", []string{`worker "gpu-a"`, "not a literal IP:port"}},
+		{"no port", "workers:\n- {id: w0, address: 10.0.0.1}\n", []string{"not a literal IP:port"}},
+		{"port zero", "workers:\n- {id: w0, address: 10.0.0.1:0}\n", []string{"port 0"}},
+		{"duplicate id", "workers:\n- {id: w0, address: 10.0.0.1:80}\n- {id: w0, address: 10.0.0.2:80}\n", []string{`worker "w0": duplicate id`}},
+		{"missing id and address", "workers:\n- {model: m}\n", []string{"worker 0: id is required", "address is required"}},
+		{"rank overflow", "workers:\n- {id: w0, address: 10.0.0.1:80, dp_start_rank: 4294967295, dp_size: 2}\n", []string{"overflows"}},
+		{"float", "workers:\n- {id: w0, address: 10.0.0.1:80, max_running_requests: 1.5}\n", []string{"max_running_requests"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseWorkers([]byte(tt.yaml))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateWorkers_ReportsEveryProblem(t *testing.T) {
+	err := ValidateWorkers([]Worker{{ID: "a", Address: "host:1"}, {ID: "b", Address: "10.0.0.1:2", Taints: []string{""}}})
+	if err == nil || !strings.Contains(err.Error(), `worker "a"`) || !strings.Contains(err.Error(), `worker "b": taints`) {
+		t.Fatalf("%v", err)
+	}
+}
+
+// recorder collects applied worker sets.
+type recorder struct {
+	mu   sync.Mutex
+	sets [][]Worker
+}
+
+func (r *recorder) apply(ws []Worker) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sets = append(r.sets, ws)
+	return nil
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sets)
+}
+
+func TestFileWatcher_ReloadKeepsOldSetOnInvalidFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "workers.yaml")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("workers:\n- {id: w0, address: 10.0.0.1:80}\n")
+	var logs bytes.Buffer
+	rec := &recorder{}
+	w := NewFileWatcher(path, rec.apply, slog.New(slog.NewTextHandler(&logs, nil)), time.Hour)
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	write("workers:\n- {id: w0, address: worker-0:80}\n")
+	if err := w.Reload(); err == nil || !strings.Contains(err.Error(), `worker "w0"`) {
+		t.Fatalf("invalid file: %v", err)
+	}
+	if rec.count() != 1 {
+		t.Fatalf("applied %d sets, want 1", rec.count())
+	}
+	if !strings.Contains(logs.String(), "keeping the current worker set") {
+		t.Errorf("logs: %s", logs.String())
+	}
+}
+
+// TestFileWatcher_PollFollowsSymlinkSwap reproduces a Kubernetes ConfigMap
+// update: the file is a symlink into a data directory that is replaced.
+func TestFileWatcher_PollFollowsSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	mkdata := func(name, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "workers.yaml"), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkdata("v1", "workers:\n- {id: w0, address: 10.0.0.1:80}\n")
+	mkdata("v2", "workers:\n- {id: w0, address: 10.0.0.1:80}\n- {id: w1, address: 10.0.0.2:80}\n")
+	if err := os.Symlink("v1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "workers.yaml")
+	if err := os.Symlink(filepath.Join("..data", "workers.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	w := NewFileWatcher(path, rec.apply, nil, 10*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	waitFor(t, func() bool { return rec.count() == 1 })
+	// Unchanged content is not applied again.
+	time.Sleep(50 * time.Millisecond)
+	if rec.count() != 1 {
+		t.Fatalf("unchanged file applied %d times", rec.count())
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink("v2", tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return rec.count() == 2 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.sets[1]) != 2 {
+		t.Errorf("second set %v", rec.sets[1])
+	}
+}
+
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestLoadWorkersFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "w.yaml")
+	if err := os.WriteFile(path, []byte("workers: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := LoadWorkersFile(path); err != nil || len(ws) != 0 {
+		t.Fatalf("%v %v", ws, err)
+	}
+	if _, err := LoadWorkersFile(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "workers file") {
+		t.Fatalf("missing file: %v", err)
+	}
+	if err := os.WriteFile(path, []byte("workers:\n- {id: a, address: x}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadWorkersFile(path); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("bad file: %v", err)
+	}
+}
+
+func TestParseClientIPSource(t *testing.T) {
+	for in, want := range map[string]ClientIPSource{"": ClientIPSourceAddress, "source-address": ClientIPSourceAddress, "x-forwarded-for": ClientIPForwardedFor} {
+		got, err := ParseClientIPSource(in)
+		if err != nil || got != want || (in != "" && got.String() != in) {
+			t.Errorf("ParseClientIPSource(%q) = %v %v", in, got, err)
+		}
+	}
+	if _, err := ParseClientIPSource("peer"); err == nil {
+		t.Error("unknown source accepted")
+	}
+}

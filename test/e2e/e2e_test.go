@@ -1,0 +1,422 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/tokenize"
+	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/test/envoysim"
+	"github.com/tollgate/tollgate/test/mockworker"
+)
+
+func TestAdmissionAndRouting(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newStack(t, options{mode: m.req, workers: 2})
+			seen := map[string]bool{}
+			for i := range 6 {
+				r := s.do(chat(strings.Repeat("conversation ", 20+i*7)))
+				expectStatus(t, r, http.StatusOK, "")
+				if r.LocalReply || r.Endpoint == "" {
+					t.Fatalf("request %d not routed: %+v", i, r)
+				}
+				if got := r.Upstream.Header.Get("X-Gateway-Destination-Endpoint"); got != r.Endpoint {
+					t.Errorf("upstream header %q, endpoint %q", got, r.Endpoint)
+				}
+				if got := r.Metadata["envoy.lb"].GetFields()["x-gateway-destination-endpoint"].GetStringValue(); got != r.Endpoint {
+					t.Errorf("envoy.lb metadata %q, endpoint %q", got, r.Endpoint)
+				}
+				if !strings.Contains(string(r.Body), "data: [DONE]") {
+					t.Errorf("body %q", r.Body)
+				}
+				seen[r.Endpoint] = true
+			}
+			for _, w := range s.workers {
+				if w.Stats().Finished == 0 {
+					t.Logf("worker %s got no request (selection is by load and cache)", w.Addr())
+				}
+			}
+			// Requests outside admission are routed, not counted.
+			r := s.do(envoysim.Request{Method: http.MethodGet, Path: "/v1/models"})
+			expectStatus(t, r, http.StatusOK, "")
+			if r.Endpoint == "" {
+				t.Fatal("GET /v1/models was not routed")
+			}
+			st := s.waitStats("settled", func(sched.Stats) bool { return true })
+			if got := st.Admits[sched.PriorityDefault][sched.OutcomeAdmitted]; got != 6 {
+				t.Errorf("admitted %d, want 6 (GET not counted)", got)
+			}
+		})
+	}
+}
+
+func TestSpoofedDestinationNeverSurvives(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newStack(t, options{mode: m.req})
+			r := s.do(chat("hello", "X-Gateway-Destination-Endpoint", "127.0.0.1:1"))
+			expectStatus(t, r, http.StatusOK, "")
+			want := s.workers[0].Addr()
+			if r.Endpoint != want || r.Upstream.Header.Get("X-Gateway-Destination-Endpoint") != want {
+				t.Fatalf("endpoint %q header %q, want %q", r.Endpoint, r.Upstream.Header.Values("X-Gateway-Destination-Endpoint"), want)
+			}
+			if n := len(r.Upstream.Header.Values("X-Gateway-Destination-Endpoint")); n != 1 {
+				t.Errorf("%d destination values upstream", n)
+			}
+		})
+	}
+}
+
+// TestRejections checks every answer a client can get instead of a route.
+func TestRejections(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			testRejections(t, m)
+		})
+	}
+}
+
+func testRejections(t *testing.T, m bodyMode) {
+	headersOnly := m.name == "streamed" // Envoy sends no body before the headers reply.
+	t.Run("400 unparsable body", func(t *testing.T) {
+		if headersOnly {
+			t.Skip("the body is not seen in STREAMED mode without early body sending")
+		}
+		s := newStack(t, options{mode: m.req})
+		r := s.do(post("/v1/chat/completions", []byte(`{"model": "llama", "messages": [`)))
+		expectStatus(t, r, http.StatusBadRequest, "")
+		if e := errorBody(t, r); e["type"] != "invalid_request_error" {
+			t.Errorf("error %v", e)
+		}
+		r = s.do(post("/v1/chat/completions", []byte{}))
+		expectStatus(t, r, http.StatusBadRequest, "")
+	})
+	t.Run("413 body over the limit", func(t *testing.T) {
+		if headersOnly {
+			t.Skip("the body is not seen in STREAMED mode without early body sending")
+		}
+		s := newStack(t, options{mode: m.req, config: func(c *extproc.Config) { c.MaxBodyBytes = 2048 }})
+		r := s.do(completion(strings.Repeat("x", 4096)))
+		expectStatus(t, r, http.StatusRequestEntityTooLarge, "")
+	})
+	t.Run("401 bad tenant key", func(t *testing.T) {
+		s := newStack(t, options{mode: m.req, config: func(c *extproc.Config) { c.Tenancy = tenancy(t, "default") }})
+		expectStatus(t, s.do(chat("hi")), http.StatusUnauthorized, "unauthorized")
+		expectStatus(t, s.do(chat("hi", "Authorization", "Bearer wrong")), http.StatusUnauthorized, "unauthorized")
+		expectStatus(t, s.do(chat("hi", "Authorization", "Bearer key-a")), http.StatusOK, "")
+	})
+	t.Run("431 headers too large", func(t *testing.T) {
+		s := newStack(t, options{mode: m.req, config: func(c *extproc.Config) { c.MaxHeaderBytes = 4096 }})
+		r := s.do(chat("hi", "X-Padding", strings.Repeat("p", 5000)))
+		expectStatus(t, r, http.StatusRequestHeaderFieldsTooLarge, "request_headers_too_large")
+	})
+	t.Run("400 malformed pin", func(t *testing.T) {
+		s := newStack(t, options{mode: m.req})
+		r := s.do(chat("hi", "X-Dynamo-Dp-Rank", "first"))
+		expectStatus(t, r, http.StatusBadRequest, "")
+		if e := errorBody(t, r); e["param"] != "x-dynamo-dp-rank" {
+			t.Errorf("error %v", e)
+		}
+	})
+	t.Run("503 pin to an unknown worker", func(t *testing.T) {
+		s := newStack(t, options{mode: m.req})
+		for _, tc := range []struct{ rank, msg string }{
+			{"", "Pinned worker w9 requires an explicit dp_rank because it has multiple or unknown DP ranks"},
+			{"0", "Pinned worker w9 dp_rank 0 is not eligible: worker w9 is unavailable"},
+		} {
+			h := []string{"X-Dynamo-Worker-Instance-Id", "w9"}
+			if tc.rank != "" {
+				h = append(h, "X-Dynamo-Dp-Rank", tc.rank)
+			}
+			r := s.do(chat("hi", h...))
+			expectStatus(t, r, http.StatusServiceUnavailable, "pinned_worker_not_eligible")
+			if e := errorBody(t, r); e["message"] != tc.msg {
+				t.Errorf("message %q, want %q", e["message"], tc.msg)
+			}
+			if r.Header.Get("Retry-After") != "" {
+				t.Error("Retry-After on an invalid pin")
+			}
+		}
+	})
+	t.Run("503 no eligible worker", func(t *testing.T) {
+		if headersOnly {
+			t.Skip("the model is in the body, which STREAMED mode without early body sending does not show")
+		}
+		s := newStack(t, options{mode: m.req})
+		body := []byte(`{"model":"mistral","prompt":"hi"}`)
+		r := s.do(post("/v1/completions", body))
+		expectStatus(t, r, http.StatusServiceUnavailable, "no_endpoints")
+		e := errorBody(t, r)
+		if e["model"] != "mistral" || !strings.Contains(e["message"].(string), `"mistral"`) || r.Header.Get("Retry-After") != "" {
+			t.Errorf("error %v retry-after %q", e, r.Header.Get("Retry-After"))
+		}
+	})
+	t.Run("429 queue full", func(t *testing.T) {
+		prio := priorityConfig(30 * time.Second)
+		prio.Classes[sched.PriorityDefault].QueueSize = 0
+		s := newStack(t, options{mode: m.req, maxRunning: 1, hold: always, config: func(c *extproc.Config) { c.Sched.Priority = prio }})
+		first := s.async(context.Background(), chat("first"))
+		s.parked(1)
+		r := s.do(chat("second"))
+		expectStatus(t, r, http.StatusTooManyRequests, "scheduler_queue_full")
+		if r.Header.Get("Retry-After") != "2" {
+			t.Errorf("Retry-After %q", r.Header.Get("Retry-After"))
+		}
+		s.gate.Open()
+		expectStatus(t, s.await(first).r, http.StatusOK, "")
+	})
+	t.Run("503 queue timeout", func(t *testing.T) {
+		s := newStack(t, options{mode: m.req, maxRunning: 1, hold: always,
+			config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(300 * time.Millisecond) }})
+		first := s.async(context.Background(), chat("first"))
+		s.parked(1)
+		r := s.do(chat("second"))
+		expectStatus(t, r, http.StatusServiceUnavailable, "scheduler_queue_timeout")
+		if r.Header.Get("Retry-After") != "2" {
+			t.Errorf("Retry-After %q", r.Header.Get("Retry-After"))
+		}
+		s.gate.Open()
+		expectStatus(t, s.await(first).r, http.StatusOK, "")
+	})
+	t.Run("529 policy class queue limit", func(t *testing.T) {
+		if headersOnly {
+			t.Skip("prompt length 0 without the body never makes a worker prefill-busy")
+		}
+		zero := uint64(0)
+		profile := &sched.Profile{Synthetic: true, Classes: []sched.ClassSpec{{
+			Name: "default", Quantum: 1, BusyThreshold: &zero, RequestLimitPerWorker: &zero,
+		}}}
+		s := newStack(t, options{mode: m.req, hold: always, config: func(c *extproc.Config) { c.Sched.Policy.Fallback = profile }})
+		first := s.async(context.Background(), chat(strings.Repeat("busy ", 40)))
+		s.parked(1)
+		r := s.do(chat("second"))
+		if r.Status != 529 {
+			t.Fatalf("status %d body %q", r.Status, r.Body)
+		}
+		want := `{"message":"router policy class \"default\" queue requests limit reached (current=0, limit=0)","type":"Overloaded","code":529,"details":{"policy_class":"default","limit_kind":"requests","current":0,"limit":0}}`
+		if string(r.Body) != want {
+			t.Errorf("body\n%s\nwant\n%s", r.Body, want)
+		}
+		s.gate.Open()
+		expectStatus(t, s.await(first).r, http.StatusOK, "")
+	})
+}
+
+func always(mockworker.RequestInfo) bool { return true }
+
+// tenancy configures tenant keys key-a (tenant a) and key-b (tenant b)
+// with the given default max class.
+func tenancy(t *testing.T, defaultMax string) *extproc.Tenancy {
+	t.Helper()
+	return &extproc.Tenancy{Tenants: mustTenants(t, "a:key-a", "b:key-b"), DefaultMaxClass: defaultMax}
+}
+
+func TestClientCancelWhileQueuedThenCapacityFrees(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newStack(t, options{mode: m.req, maxRunning: 1, hold: always,
+				config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(30 * time.Second) }})
+			first := s.async(context.Background(), chat("first"))
+			s.parked(1)
+			ctx, cancel := context.WithCancel(context.Background())
+			second := s.async(ctx, chat("second"))
+			s.queued(sched.PriorityDefault, 1)
+			cancel()
+			if res := s.await(second); !errors.Is(res.err, envoysim.ErrDisconnected) {
+				t.Fatalf("cancelled client got %+v %v", res.r, res.err)
+			}
+			st := s.waitStats("second gone", func(st sched.Stats) bool { return st.QueueDepth[sched.PriorityDefault] == 0 })
+			if got := st.Admits[sched.PriorityDefault][sched.OutcomeClientCancelled]; got != 1 {
+				t.Errorf("client_cancelled %d, want 1", got)
+			}
+			s.gate.Open()
+			expectStatus(t, s.await(first).r, http.StatusOK, "")
+			start := time.Now()
+			expectStatus(t, s.do(chat("third")), http.StatusOK, "")
+			if time.Since(start) > 5*time.Second {
+				t.Error("capacity was not free again")
+			}
+		})
+	}
+}
+
+// TestMessageTimeoutBudget: a request held longer than Envoy's
+// message_timeout is answered by tollgate, never by Envoy's 504.
+func TestMessageTimeoutBudget(t *testing.T) {
+	t.Run("with the override", func(t *testing.T) {
+		s := newStack(t, options{maxRunning: 1, hold: always, messageTimeout: 300 * time.Millisecond, maxMessageTimeout: 10 * time.Second,
+			config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(time.Second) }})
+		first := s.async(context.Background(), chat("first"))
+		s.parked(1)
+		start := time.Now()
+		r := s.do(chat("second"))
+		expectStatus(t, r, http.StatusServiceUnavailable, "scheduler_queue_timeout")
+		if waited := time.Since(start); waited < 900*time.Millisecond {
+			t.Errorf("answered after %v: the override should have kept it queued for the class timeout of 1 s", waited)
+		}
+		if st := s.sim.Stats(); st.OverrideMessageTimeoutReceived != 1 || st.MessageTimeouts != 0 || st.OverrideMessageTimeoutIgnored != 0 {
+			t.Errorf("sim stats %+v", st)
+		}
+		s.gate.Open()
+		expectStatus(t, s.await(first).r, http.StatusOK, "")
+	})
+	t.Run("without the override", func(t *testing.T) {
+		s := newStack(t, options{maxRunning: 1, hold: always, messageTimeout: 400 * time.Millisecond, maxMessageTimeout: -1,
+			config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(30 * time.Second) }})
+		first := s.async(context.Background(), chat("first"))
+		s.parked(1)
+		start := time.Now()
+		r := s.do(chat("second"))
+		expectStatus(t, r, http.StatusServiceUnavailable, "scheduler_queue_timeout")
+		if waited := time.Since(start); waited > 400*time.Millisecond {
+			t.Errorf("answered after %v, past Envoy's 400 ms timer", waited)
+		}
+		if st := s.sim.Stats(); st.MessageTimeouts != 0 || st.OverrideMessageTimeoutReceived != 0 {
+			t.Errorf("sim stats %+v", st)
+		}
+		s.gate.Open()
+		expectStatus(t, s.await(first).r, http.StatusOK, "")
+	})
+	t.Run("full duplex has no timer to beat", func(t *testing.T) {
+		s := newStack(t, options{mode: bodyModes[2].req, maxRunning: 1, hold: always, messageTimeout: 200 * time.Millisecond,
+			config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(30 * time.Second) }})
+		first := s.async(context.Background(), chat("first"))
+		s.parked(1)
+		second := s.async(context.Background(), chat("second"))
+		s.queued(sched.PriorityDefault, 1)
+		time.Sleep(400 * time.Millisecond) // Twice message_timeout, still queued.
+		s.gate.Open()
+		expectStatus(t, s.await(first).r, http.StatusOK, "")
+		expectStatus(t, s.await(second).r, http.StatusOK, "")
+	})
+}
+
+// TestPreemptionAsTheVictimSeesIt: a bulk request waiting at its worker for
+// its first token is preempted by an interactive arrival; the victim gets
+// 503 and the preemptor runs.
+func TestPreemptionAsTheVictimSeesIt(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			bulkOnly := func(r mockworker.RequestInfo) bool { return r.Header.Get("X-Smg-Priority") == "bulk" }
+			s := newStack(t, options{mode: m.req, maxRunning: 1, hold: bulkOnly, config: func(c *extproc.Config) {
+				c.Sched.Priority = priorityConfig(30 * time.Second)
+				c.Tenancy = &extproc.Tenancy{DefaultMaxClass: "system"}
+			}})
+			victim := s.async(context.Background(), completion("background job", "X-Smg-Priority", "bulk"))
+			s.parked(1)
+			r := s.do(chat("urgent", "X-Smg-Priority", "interactive"))
+			expectStatus(t, r, http.StatusOK, "")
+			res := s.await(victim)
+			if res.err != nil {
+				t.Fatal(res.err)
+			}
+			if res.r.Status != http.StatusServiceUnavailable || !res.r.LocalReply {
+				t.Fatalf("victim got %d (local %v) %q", res.r.Status, res.r.LocalReply, res.r.Body)
+			}
+			if !strings.Contains(res.r.Details, "scheduler_preempted") {
+				t.Errorf("victim details %q", res.r.Details)
+			}
+			st := s.waitStats("settled", func(sched.Stats) bool { return true })
+			if st.Preemptions[sched.PriorityBulk][sched.PriorityInteractive] != 1 {
+				t.Errorf("preemptions %v", st.Preemptions)
+			}
+		})
+	}
+}
+
+func TestWorkerReloadRemovingPinnedWorker(t *testing.T) {
+	s := newStack(t, options{workers: 2, maxRunning: 1, hold: always,
+		config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(30 * time.Second) }})
+	a := s.async(context.Background(), chat("a"))
+	b := s.async(context.Background(), chat("b"))
+	s.parked(2)
+	pinned := s.async(context.Background(), chat("pinned", "X-Dynamo-Worker-Instance-Id", "w1"))
+	s.queued(sched.PriorityDefault, 1)
+
+	path := filepath.Join(t.TempDir(), "workers.yaml")
+	if err := os.WriteFile(path, []byte("workers:\n- {id: w0, address: \""+s.list[0].Address+"\", max_running_requests: 1, model: llama}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := extproc.NewFileWatcher(path, s.srv.SetWorkers, nil, 0).Reload(); err != nil {
+		t.Fatal(err)
+	}
+	res := s.await(pinned)
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	expectStatus(t, res.r, http.StatusServiceUnavailable, "pinned_worker_not_eligible")
+	if e := errorBody(t, res.r); !strings.Contains(e["message"].(string), "w1") {
+		t.Errorf("message %q", e["message"])
+	}
+	s.gate.Open()
+	expectStatus(t, s.await(a).r, http.StatusOK, "")
+	expectStatus(t, s.await(b).r, http.StatusOK, "")
+	// New pins to the removed worker are refused at once.
+	expectStatus(t, s.do(chat("again", "X-Dynamo-Worker-Instance-Id", "w1")), http.StatusServiceUnavailable, "pinned_worker_not_eligible")
+}
+
+func TestGracefulShutdownWithQueuedRequests(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newStack(t, options{mode: m.req, maxRunning: 1, hold: always,
+				config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(30 * time.Second) }})
+			running := s.async(context.Background(), chat("running"))
+			s.parked(1)
+			queued := s.async(context.Background(), chat("queued"))
+			s.queued(sched.PriorityDefault, 1)
+			drained := make(chan error, 1)
+			go func() { drained <- s.srv.Drain(context.Background()) }()
+			res := s.await(queued)
+			if res.err != nil {
+				t.Fatal(res.err)
+			}
+			expectStatus(t, res.r, http.StatusServiceUnavailable, "server_shutting_down")
+			if res.r.Header.Get("Retry-After") == "" {
+				t.Error("no Retry-After on the shutdown answer")
+			}
+			if s.srv.Ready() {
+				t.Error("ready while draining")
+			}
+			select {
+			case err := <-drained:
+				t.Fatalf("drain returned %v with a request in flight", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			s.gate.Open()
+			expectStatus(t, s.await(running).r, http.StatusOK, "")
+			if err := <-drained; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestPrefixAffinity: a conversation that continues goes back to the worker
+// that holds its prefix, and the worker reports the cached tokens.
+func TestPrefixAffinity(t *testing.T) {
+	s := newStack(t, options{workers: 3, config: func(c *extproc.Config) {
+		tok, err := tokenize.New("estimate")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Tokenizer = tok
+	}})
+	history := strings.Repeat("a long shared system prompt that every turn repeats. ", 40)
+	first := s.do(completion(history))
+	expectStatus(t, first, http.StatusOK, "")
+	for i := range 3 {
+		r := s.do(completion(history + strings.Repeat(" and one more turn", i+1)))
+		expectStatus(t, r, http.StatusOK, "")
+		if r.Endpoint != first.Endpoint {
+			t.Errorf("turn %d went to %s, not %s which holds the prefix", i, r.Endpoint, first.Endpoint)
+		}
+	}
+}

@@ -1,0 +1,345 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+
+	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/policy"
+	"github.com/tollgate/tollgate/test/envoysim"
+	"github.com/tollgate/tollgate/test/mockworker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const model = "llama"
+
+// bodyMode names one of the three request body modes under test.
+type bodyMode struct {
+	name string
+	req  extprocfilterv3.ProcessingMode_BodySendMode
+}
+
+var bodyModes = []bodyMode{
+	{"buffered", extprocfilterv3.ProcessingMode_BUFFERED},
+	{"streamed", extprocfilterv3.ProcessingMode_STREAMED},
+	{"full-duplex", extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED},
+}
+
+// processingMode is the shipped filter mode for a request body mode: the
+// response headers and a streamed response body are sent, so tollgate sees
+// the first token and the end of every request.
+func processingMode(req extprocfilterv3.ProcessingMode_BodySendMode) *extprocfilterv3.ProcessingMode {
+	m := &extprocfilterv3.ProcessingMode{
+		RequestHeaderMode:   extprocfilterv3.ProcessingMode_SEND,
+		ResponseHeaderMode:  extprocfilterv3.ProcessingMode_SEND,
+		RequestBodyMode:     req,
+		ResponseBodyMode:    extprocfilterv3.ProcessingMode_STREAMED,
+		RequestTrailerMode:  extprocfilterv3.ProcessingMode_SKIP,
+		ResponseTrailerMode: extprocfilterv3.ProcessingMode_SKIP,
+	}
+	if req == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		m.RequestTrailerMode = extprocfilterv3.ProcessingMode_SEND
+	}
+	return m
+}
+
+// options shape a stack.
+type options struct {
+	mode extprocfilterv3.ProcessingMode_BodySendMode
+	// messageTimeout and maxMessageTimeout are Envoy's, told to tollgate
+	// too; maxMessageTimeout < 0 means Envoy accepts no override.
+	messageTimeout, maxMessageTimeout time.Duration
+	// workers is the number of mock workers (default 1), each with
+	// maxRunning slots in tollgate's view (0: the default 64).
+	workers    int
+	maxRunning uint32
+	// hold parks requests at the workers before their first token until
+	// the test releases them (nil: never).
+	hold func(mockworker.RequestInfo) bool
+	// config adjusts tollgate's configuration.
+	config func(*extproc.Config)
+}
+
+// stack is tollgate between a simulated Envoy and mock workers.
+type stack struct {
+	t       *testing.T
+	srv     *extproc.Server
+	sim     *envoysim.Sim
+	workers []*mockworker.Worker
+	gate    *mockworker.Gate
+	list    []extproc.Worker
+}
+
+func newStack(t *testing.T, o options) *stack {
+	t.Helper()
+	if o.workers == 0 {
+		o.workers = 1
+	}
+	if o.messageTimeout == 0 {
+		o.messageTimeout = 5 * time.Second
+	}
+	if o.maxMessageTimeout == 0 {
+		o.maxMessageTimeout = 310 * time.Second
+	}
+	if o.mode == 0 {
+		o.mode = extprocfilterv3.ProcessingMode_BUFFERED
+	}
+	st := &stack{t: t, gate: mockworker.NewGate()}
+	for i := range o.workers {
+		wc := mockworker.Config{ID: fmt.Sprintf("w%d", i), Model: model, Speed: 1000, DefaultMaxTokens: 4}
+		if o.hold != nil {
+			hold := o.hold
+			wc.Hold = func(ctx context.Context, r mockworker.RequestInfo) error {
+				if hold(r) {
+					return st.gate.Wait(ctx, r)
+				}
+				return nil
+			}
+		}
+		w := mockworker.Start(t, wc)
+		st.workers = append(st.workers, w)
+		st.list = append(st.list, extproc.Worker{ID: wc.ID, Address: w.Addr(), MaxRunningRequests: o.maxRunning, Model: model})
+	}
+	cfg := extproc.Config{
+		EnvoyMessageTimeout:    o.messageTimeout,
+		EnvoyMaxMessageTimeout: o.maxMessageTimeout,
+		EnvoyTimeoutMargin:     min(100*time.Millisecond, o.messageTimeout/4),
+		DrainDelay:             -1,
+		ShutdownTimeout:        10 * time.Second,
+	}
+	if o.config != nil {
+		o.config(&cfg)
+	}
+	srv, err := extproc.New(cfg, st.list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.srv = srv
+	opts, err := extproc.ServerOptions(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(opts...)
+	srv.Register(g)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Run(ctx) })
+	wg.Go(func() { _ = g.Serve(lis) })
+	envoyMax := o.maxMessageTimeout
+	if envoyMax < 0 {
+		envoyMax = 0
+	}
+	sim, err := envoysim.New(envoysim.Config{
+		ExtProcAddr:       lis.Addr().String(),
+		Mode:              processingMode(o.mode),
+		MessageTimeout:    o.messageTimeout,
+		MaxMessageTimeout: envoyMax,
+		StatusOnError:     http.StatusServiceUnavailable,
+		RequestAttributes: []string{"source.address"},
+		RequestChunkSize:  512,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.sim = sim
+	t.Cleanup(func() {
+		if !t.Failed() {
+			st.waitIdle()
+		}
+		st.gate.Open()
+		_ = sim.Close()
+		g.Stop()
+		cancel()
+		wg.Wait()
+		srv.Wait()
+	})
+	return st
+}
+
+// chat is a streamed chat request for the test model.
+func chat(content string, header ...string) envoysim.Request {
+	body, _ := json.Marshal(map[string]any{
+		"model":    model,
+		"messages": []map[string]string{{"role": "user", "content": content}},
+		"stream":   true,
+	})
+	return post("/v1/chat/completions", body, header...)
+}
+
+// completion is a non-streamed completion request.
+func completion(prompt string, header ...string) envoysim.Request {
+	body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt})
+	return post("/v1/completions", body, header...)
+}
+
+func post(path string, body []byte, header ...string) envoysim.Request {
+	h := http.Header{"Content-Type": {"application/json"}}
+	for i := 0; i+1 < len(header); i += 2 {
+		h.Add(header[i], header[i+1])
+	}
+	return envoysim.Request{Method: http.MethodPost, Path: path, Header: h, Body: body}
+}
+
+// do sends one request and fails the test on a transport error.
+func (s *stack) do(req envoysim.Request) *envoysim.Response {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := s.sim.Do(ctx, req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", req.Method, req.Path, err)
+	}
+	return r
+}
+
+// async sends a request in the background.
+func (s *stack) async(ctx context.Context, req envoysim.Request) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		r, err := s.sim.Do(ctx, req)
+		ch <- result{r, err}
+	}()
+	return ch
+}
+
+type result struct {
+	r   *envoysim.Response
+	err error
+}
+
+// await returns a background request's result.
+func (s *stack) await(ch <-chan result) result {
+	s.t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(20 * time.Second):
+		s.t.Fatal("request did not finish within 20 s")
+	}
+	return result{}
+}
+
+// waitStats polls the scheduler until ok holds.
+func (s *stack) waitStats(what string, ok func(sched.Stats) bool) sched.Stats {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, got := s.srv.Stats(context.Background())
+		if got && ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("scheduler not %s: %+v", what, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// queued waits until n requests of class p are queued.
+func (s *stack) queued(p sched.Priority, n uint32) {
+	s.t.Helper()
+	s.waitStats(fmt.Sprintf("holding %d queued %v requests", n, p), func(st sched.Stats) bool { return st.QueueDepth[p] == n })
+}
+
+// parked waits until n requests are parked at the workers' gate.
+func (s *stack) parked(n int) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.gate.WaitParked(ctx, n); err != nil {
+		s.t.Fatalf("%d requests not parked: %v (parked %v)", n, err, s.gate.Parked())
+	}
+}
+
+// waitIdle checks that the scheduler holds nothing: no slot, no queued
+// request, no booking on any worker rank.
+func (s *stack) waitIdle() {
+	s.t.Helper()
+	s.waitStats("idle", func(st sched.Stats) bool {
+		for p := range sched.NumPriorities {
+			if st.InFlight[p] != 0 || st.QueueDepth[p] != 0 {
+				return false
+			}
+		}
+		for _, q := range st.Queues {
+			if q.Requests != 0 || q.ISLTokens != 0 || q.CachedTokens != 0 {
+				return false
+			}
+		}
+		for _, r := range st.Ranks {
+			if r.ActiveRequests != 0 || r.ActivePrefillTokens != 0 || r.ActiveBlocks != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// errorBody decodes the SMG / OpenAI error object of a response.
+func errorBody(t *testing.T, r *envoysim.Response) map[string]any {
+	t.Helper()
+	var v struct {
+		Error map[string]any `json:"error"`
+	}
+	if err := json.Unmarshal(r.Body, &v); err != nil || v.Error == nil {
+		t.Fatalf("body %q is not an error object: %v", r.Body, err)
+	}
+	return v.Error
+}
+
+// expectStatus checks a response's status and, for SMG errors, its code.
+func expectStatus(t *testing.T, r *envoysim.Response, status int, code string) {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status %d, want %d (body %q, details %q)", r.Status, status, r.Body, r.Details)
+	}
+	if code != "" {
+		if got := r.Header.Get("X-Smg-Error-Code"); got != code {
+			t.Errorf("X-SMG-Error-Code %q, want %q", got, code)
+		}
+		if got := errorBody(t, r)["code"]; got != code {
+			t.Errorf("error code %v, want %q", got, code)
+		}
+	}
+	if ct := r.Header.Get("Content-Type"); r.LocalReply && code != "" && !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("content-type %q", ct)
+	}
+}
+
+// priorityConfig is SMG admission without reservations, so that a single
+// slot is a usable capacity; interactive and system may preempt.
+func priorityConfig(queueTimeout time.Duration) sched.PriorityConfig {
+	c := sched.PriorityConfig{Enabled: true}
+	for p := range sched.Priority(sched.NumPriorities) {
+		c.Classes[p] = sched.ClassConfig{QueueSize: 16, QueueTimeout: queueTimeout, StarvationThreshold: time.Hour,
+			CanPreempt: p >= sched.PriorityInteractive}
+	}
+	return c
+}
+
+// mustTenants builds tenant resolution from --tenant-api-key values.
+func mustTenants(t *testing.T, keys ...string) *policy.Tenants {
+	t.Helper()
+	ts, err := policy.NewTenants(policy.TenantOptions{TenantAPIKeys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
