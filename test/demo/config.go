@@ -1,0 +1,86 @@
+package demo
+
+import (
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/policy"
+)
+
+// serverSpec is a scenario's tollgate configuration in the terms of the
+// serving flags. build turns it into an extproc.Config the way
+// `tollgate serve` does, with the same policy loaders, so the demo reads the
+// example files exactly as a user's flags would.
+type serverSpec struct {
+	// routerPolicy is --router-policy-config; empty means none.
+	routerPolicy string
+	// priority is --priority-scheduler-enabled.
+	priority bool
+	// priorityConfig is --priority-scheduler-config; empty means the
+	// built-in defaults.
+	priorityConfig string
+	// tenantKeys are --tenant-api-key values, "ID:KEY".
+	tenantKeys []string
+	// seed seeds the worker-selection tie-breaker (--seed).
+	seed uint64
+}
+
+// build loads every file the spec names and returns the server
+// configuration, reporting every problem joined.
+func (s serverSpec) build(log *slog.Logger) (extproc.Config, error) {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	sc := sched.Config{
+		BlockSize: sched.DefaultBlockSize,
+		Selection: sched.DefaultSelection(),
+		Rand:      rand.New(rand.NewPCG(s.seed, s.seed^0x9e3779b97f4a7c15)),
+	}
+	if s.routerPolicy != "" {
+		pc, err := policy.LoadRouterPolicy(s.routerPolicy)
+		add(err)
+		if pc != nil {
+			sc.Policy = *pc
+		}
+	}
+	fallback, err := policy.SyntheticDefault(nil, "fcfs")
+	add(err)
+	sc.Policy.Fallback = fallback
+
+	var pf *policy.PriorityFile
+	if s.priority {
+		pf = policy.DefaultPriorityFile()
+		if s.priorityConfig != "" {
+			f, err := policy.LoadPriorityConfig(s.priorityConfig)
+			add(err)
+			if f != nil {
+				pf = f
+			}
+		}
+		sc.Priority = pf.PriorityConfig()
+	}
+	tenants, err := policy.NewTenants(policy.TenantOptions{TenantAPIKeys: s.tenantKeys})
+	add(err)
+
+	cfg := extproc.Config{
+		Logger:              log,
+		EnvoyMessageTimeout: messageTimeout,
+		Sched:               sc,
+		Tenancy:             &extproc.Tenancy{Tenants: tenants, PriorityFile: pf, DefaultMaxClass: "default"},
+		// The demo stops its own stack: no readiness drain to wait for.
+		DrainDelay:      -1,
+		ShutdownTimeout: 5 * time.Second,
+	}
+	add(cfg.Validate())
+	if len(errs) > 0 {
+		return extproc.Config{}, errors.Join(errs...)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,44 @@
+// Package demo is `tollgate demo`: a self-contained demonstration of what
+// tollgate is for. It runs the real ext_proc server (package extproc) with
+// the real scheduler, a simulated Envoy (test/envoysim) in front of it and
+// simulated vLLM workers (test/mockworker) behind it, all on loopback, and
+// drives two scenarios through them:
+//
+//   - premium: NVIDIA Dynamo's premium/regular policy-class experiment. One
+//     worker with four sequences, 320 premium and 320 regular requests of
+//     exactly 512 uncached tokens released at once, run twice, with the
+//     quanta of examples/equal_share.yaml (512:512) and of
+//     examples/premium_4x.yaml (512:128). Deficit Round Robin across the two
+//     classes decides who gets the worker whenever a prefill ends; the table
+//     compares the first 320 completions with the ideal split and with the
+//     numbers upstream observed.
+//   - priority: SMG priority admission with examples/priority.yaml on two
+//     workers of 128 slots: bulk jobs are held to the slots the higher
+//     classes do not reserve while interactive traffic passes them, a tenant
+//     without a tenant policy has its system header clamped to default, and
+//     an interactive burst that finds no slot preempts one bulk job that has
+//     not produced its first token.
+//
+// Each scenario prints a live progress line, a result table, and an SVG
+// chart of cumulative completions per class over time (WriteSVG). Serve
+// keeps the whole stack up behind an HTTP address for curl or an OpenAI SDK.
+//
+// The configuration files are read from disk with the same loaders the
+// serving command uses, exactly as a user would pass them with
+// --router-policy-config and --priority-scheduler-config.
+//
+// # Invariants
+//
+// Every server the package starts listens on 127.0.0.1 (the Serve front
+// listens where the caller says) and is stopped, with every goroutine it
+// started, before Run, Serve or a scenario function returns. Results are
+// computed only from what a client observes, cross-checked against the
+// server's own counters (Server.Stats and /metrics).
+//
+// # Concurrency
+//
+// Run and Serve are meant to be called once per process, from one
+// goroutine; scenario functions may run concurrently with each other, each
+// on its own stack. Requests run on one goroutine each; a recorder guarded
+// by a mutex collects their outcomes, and a progress goroutine reads it.
+package demo

@@ -1,0 +1,138 @@
+package demo
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// Scenario names accepted by Options.Scenario.
+const (
+	ScenarioAll      = "all"
+	ScenarioPremium  = "premium"
+	ScenarioPriority = "priority"
+)
+
+// DefaultOut is the directory the charts are written to by default.
+const DefaultOut = "demo-out"
+
+// The example configuration files the scenarios load, relative to the
+// examples directory.
+const (
+	fileEqualShare = "equal_share.yaml"
+	filePremium4x  = "premium_4x.yaml"
+	filePriority   = "priority.yaml"
+)
+
+// Options configures Run and Serve. The zero value of every field except
+// Stdout selects its default.
+type Options struct {
+	// Stdout receives the progress lines, tables and chart paths. Required.
+	Stdout io.Writer
+	// Stderr receives the servers' warnings and errors. Nil discards them.
+	Stderr io.Writer
+	// Terminal says Stdout is a terminal: the progress line is then
+	// rewritten in place with \r instead of printed once a second.
+	Terminal bool
+	// Out is the directory the SVG charts are written to. Empty means
+	// DefaultOut.
+	Out string
+	// Scenario is ScenarioAll, ScenarioPremium or ScenarioPriority. Empty
+	// means ScenarioAll.
+	Scenario string
+	// Speed multiplies the simulated workers' prefill and decode rates (and
+	// compresses the priority scenario's arrival schedule to match). Zero
+	// means 1.
+	Speed float64
+	// Seed seeds the scheduler's tie-breaker and the priority scenario's
+	// arrival schedule. Zero means 1.
+	Seed uint64
+	// Examples is the directory holding equal_share.yaml, premium_4x.yaml
+	// and priority.yaml. Empty means the examples directory of the current
+	// directory or of its nearest parent that has one.
+	Examples string
+	// Serve is the address Serve's HTTP front listens on.
+	Serve string
+
+	// serveReady, when set, is called by Serve with the front and /metrics
+	// addresses once everything is listening (tests).
+	serveReady func(front, metrics string)
+}
+
+// withDefaults returns o with every zero field set to its default and the
+// examples directory located.
+func (o Options) withDefaults() (Options, error) {
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	if o.Out == "" {
+		o.Out = DefaultOut
+	}
+	if o.Scenario == "" {
+		o.Scenario = ScenarioAll
+	}
+	if o.Speed == 0 {
+		o.Speed = 1
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.Examples == "" {
+		dir, err := findExamples()
+		if err != nil {
+			return o, err
+		}
+		o.Examples = dir
+	}
+	for _, f := range []string{fileEqualShare, filePremium4x, filePriority} {
+		if _, err := os.Stat(filepath.Join(o.Examples, f)); err != nil {
+			return o, fmt.Errorf("demo: examples directory %s: %w", o.Examples, err)
+		}
+	}
+	return o, nil
+}
+
+// validate reports every invalid field, joined.
+func (o Options) validate() error {
+	var errs []error
+	if o.Stdout == nil {
+		errs = append(errs, errors.New("demo: no output writer"))
+	}
+	switch o.Scenario {
+	case "", ScenarioAll, ScenarioPremium, ScenarioPriority:
+	default:
+		errs = append(errs, fmt.Errorf("demo: unknown scenario %q (want %s, %s or %s)", o.Scenario, ScenarioAll, ScenarioPremium, ScenarioPriority))
+	}
+	if o.Speed < 0 || math.IsNaN(o.Speed) || math.IsInf(o.Speed, 0) {
+		errs = append(errs, fmt.Errorf("demo: speed must be a positive number, got %v", o.Speed))
+	} else if o.Speed > maxSpeed {
+		errs = append(errs, fmt.Errorf("demo: speed %v is above %v: the simulated prefill would be faster than the request path and the demo would measure the machine, not the scheduler", o.Speed, float64(maxSpeed)))
+	}
+	return errors.Join(errs...)
+}
+
+// maxSpeed bounds Options.Speed: at 20 a premium prefill takes 1 ms.
+const maxSpeed = 20
+
+// findExamples looks for an examples directory holding the demo's files in
+// the current directory and its parents.
+func findExamples() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("demo: %w", err)
+	}
+	for dir := wd; ; {
+		cand := filepath.Join(dir, "examples")
+		if _, err := os.Stat(filepath.Join(cand, filePremium4x)); err == nil {
+			return cand, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("demo: no examples directory with %s in %s or its parents; run from the repository or pass --examples", filePremium4x, wd)
+		}
+		dir = parent
+	}
+}

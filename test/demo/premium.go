@@ -1,0 +1,284 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tollgate/tollgate/sched/policy"
+	"github.com/tollgate/tollgate/test/mockworker"
+)
+
+// The premium/regular workload of Dynamo's regression test
+// (tests/router/test_policy_class.py).
+const (
+	// upstreamPerClass is the number of requests per class upstream sends.
+	upstreamPerClass = 320
+	// premiumPromptTokens is every request's prompt length: all uncached.
+	premiumPromptTokens = 512
+	// premiumSeqs is the worker's max_num_seqs and max_running_requests.
+	premiumSeqs = 4
+	// premiumBatchedTokens is the worker's max_num_batched_tokens.
+	premiumBatchedTokens = 8192
+	// premiumPrefillRate makes one 512-token prefill take 20 ms at speed 1,
+	// so one arm takes a few seconds and each prefill is long next to the
+	// request path through the simulated Envoy and tollgate.
+	premiumPrefillRate = premiumPromptTokens / 0.020
+)
+
+// premiumClasses are the two policy families, in class-index order (the
+// index is also the token id offset and the chart series).
+var premiumClasses = []string{"premium", "regular"}
+
+// premiumArm is the result of one arm of the premium/regular experiment.
+type premiumArm struct {
+	// File is the router policy file the arm ran with.
+	File string
+	// Quanta are the premium and regular quanta read from File.
+	Quanta [2]uint64
+	// PerClass is the number of requests per class.
+	PerClass int
+	// First counts premium and regular among the first PerClass
+	// completions the client saw.
+	First [2]int
+	// RegularLeft is the number of regular requests not yet complete when
+	// the client saw premium's last completion.
+	RegularLeft int
+	// PremiumDone is when the client saw premium's last completion.
+	PremiumDone time.Duration
+	// Outcomes counts every finished request; Non200 those not answered
+	// 200 with a complete body.
+	Outcomes, Non200 int
+	// WorkerFirst counts premium and regular among the first PerClass
+	// sequences the worker started: the scheduler's dispatch order seen
+	// from the other side.
+	WorkerFirst [2]int
+	// Elapsed is the arm's duration, from the start gate to the last
+	// completion.
+	Elapsed time.Duration
+	// Series are the cumulative completions per class over time.
+	Series []Series
+}
+
+// premiumConfig configures a premium run.
+type premiumConfig struct {
+	perClass int
+	speed    float64
+	seed     uint64
+	examples string
+	stdout   io.Writer
+	terminal bool
+	log      *slog.Logger
+}
+
+// runPremium runs the equal-share arm, then the weighted arm.
+func runPremium(ctx context.Context, cfg premiumConfig) ([]*premiumArm, error) {
+	var arms []*premiumArm
+	for _, f := range []string{fileEqualShare, filePremium4x} {
+		arm, err := runPremiumArm(ctx, cfg, filepath.Join(cfg.examples, f))
+		if err != nil {
+			return nil, err
+		}
+		arms = append(arms, arm)
+	}
+	return arms, nil
+}
+
+// runPremiumArm runs the workload once against a fresh stack configured
+// with the router policy file at path.
+func runPremiumArm(ctx context.Context, cfg premiumConfig, path string) (*premiumArm, error) {
+	pc, err := policy.LoadRouterPolicy(path)
+	if err != nil {
+		return nil, err
+	}
+	if pc.Root == nil {
+		return nil, fmt.Errorf("demo: %s has no root profile", path)
+	}
+	arm := &premiumArm{File: filepath.Base(path), PerClass: cfg.perClass}
+	for i, name := range premiumClasses {
+		for _, c := range pc.Root.Classes {
+			if c.Name == name {
+				arm.Quanta[i] = c.Quantum
+			}
+		}
+		if arm.Quanta[i] == 0 {
+			return nil, fmt.Errorf("demo: %s has no policy class %q", path, name)
+		}
+	}
+
+	st, err := startStack(ctx, serverSpec{routerPolicy: path, seed: cfg.seed}, workerSpec{
+		count:            1,
+		maxNumSeqs:       premiumSeqs,
+		maxBatchedTokens: premiumBatchedTokens,
+		prefillRate:      premiumPrefillRate,
+	}, cfg.speed, cfg.log)
+	if err != nil {
+		return nil, err
+	}
+	defer st.close()
+
+	total := 2 * cfg.perClass
+	specs := make([]*reqSpec, 0, total)
+	for i := range cfg.perClass {
+		// Even indexes send premium first, odd ones regular first.
+		order := []int{0, 1}
+		if i%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, c := range order {
+			specs = append(specs, &reqSpec{
+				class:     c,
+				id:        fmt.Sprintf("policy-class-%s-%04d", premiumClasses[c], i),
+				header:    http.Header{"X-Dynamo-Meta-Policy-Class": {premiumClasses[c]}},
+				tokenID:   1000 + 2*i + c,
+				tokens:    premiumPromptTokens,
+				maxTokens: 1,
+				stream:    true,
+			})
+		}
+	}
+
+	label := fmt.Sprintf("%-16s", arm.File)
+	rec := newRecorder(len(premiumClasses))
+	start := make(chan struct{})
+	errs := make(chan error, total)
+	var wg sync.WaitGroup
+	for _, s := range specs {
+		wg.Go(func() {
+			<-start
+			if _, err := send(ctx, st.sim, rec, s); err != nil {
+				errs <- err
+			}
+		})
+	}
+	rec.start = time.Now() // before any request goroutine reads it
+	prog := startProgress(cfg.stdout, cfg.terminal, label, premiumClasses, total, rec)
+	close(start)
+	wg.Wait()
+	prog.stop()
+	arm.Elapsed = time.Since(rec.start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, err
+	}
+
+	list := rec.completions()
+	arm.Outcomes = len(list)
+	arm.Series = series(list, premiumClasses, palette)
+	arm.First, arm.RegularLeft, arm.PremiumDone = premiumSplit(list, cfg.perClass)
+	for _, c := range list {
+		if c.outcome != outcomeOK {
+			arm.Non200++
+		}
+	}
+	arm.WorkerFirst = workerSplit(st, cfg.perClass)
+	return arm, nil
+}
+
+// premiumSplit counts each class among the first perClass completions and
+// the regular requests left when premium's last one completed.
+func premiumSplit(list []completion, perClass int) (first [2]int, regularLeft int, premiumDone time.Duration) {
+	var done [2]int
+	for i, c := range list {
+		if i < perClass {
+			first[c.class]++
+		}
+		done[c.class]++
+		if c.class == 0 && done[0] == perClass {
+			regularLeft = perClass - done[1]
+			premiumDone = c.at
+		}
+	}
+	return first, regularLeft, premiumDone
+}
+
+// workerSplit counts each class among the first perClass sequences the
+// worker started, from its request records.
+func workerSplit(st *stack, perClass int) [2]int {
+	recs := st.workers[0].w.Records()
+	slices.SortStableFunc(recs, func(a, b mockworker.Record) int { return a.Admitted.Compare(b.Admitted) })
+	var out [2]int
+	n := 0
+	for _, r := range recs {
+		if r.Admitted.IsZero() || n == perClass {
+			continue
+		}
+		n++
+		if strings.HasPrefix(r.ID, "policy-class-premium-") {
+			out[0]++
+		} else {
+			out[1]++
+		}
+	}
+	return out
+}
+
+// printPremium prints the seed's table for the arms.
+func printPremium(w io.Writer, arms []*premiumArm) {
+	if len(arms) == 0 {
+		return
+	}
+	n := arms[0].PerClass
+	fmt.Fprintf(w, "\nPremium/regular: first %d of %d client completions (1 worker x %d sequences, %d-token uncached prompts)\n\n",
+		n, 2*n, premiumSeqs, premiumPromptTokens)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "arm\tquanta\tpremium:regular\tideal\tupstream observed\tregular left\tupstream left\tworker started\toutcomes\tnon-200\ttime")
+	for _, a := range arms {
+		ideal, up, upLeft := idealSplit(a), "-", "-"
+		if n == upstreamPerClass {
+			up, upLeft = upstreamObserved(a.Quanta)
+		}
+		fmt.Fprintf(tw, "%s\t%d:%d\t%d:%d\t%s\t%s\t%d\t%s\t%d:%d\t%d\t%d\t%.1fs\n",
+			a.File, a.Quanta[0], a.Quanta[1], a.First[0], a.First[1], ideal, up,
+			a.RegularLeft, upLeft, a.WorkerFirst[0], a.WorkerFirst[1], a.Outcomes, a.Non200, a.Elapsed.Seconds())
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "\n  regular left: regular requests not yet complete when premium's last completion was seen.\n")
+	fmt.Fprintf(w, "  worker started: the class split of the first %d sequences the worker started (the dispatch order).\n", n)
+}
+
+// idealSplit is the DRR share of the first PerClass completions at equal
+// request cost: PerClass split in the ratio of the quanta.
+func idealSplit(a *premiumArm) string {
+	q := float64(a.Quanta[0]) + float64(a.Quanta[1])
+	p := int(float64(a.PerClass)*float64(a.Quanta[0])/q + 0.5)
+	return fmt.Sprintf("%d:%d", p, a.PerClass-p)
+}
+
+// upstreamObserved returns Dynamo's published ranges over four runs for
+// the two documented quanta, or "-".
+func upstreamObserved(q [2]uint64) (split, left string) {
+	switch q {
+	case [2]uint64{512, 512}:
+		return "159-161 : 159-161", "0-3"
+	case [2]uint64{512, 128}:
+		return "254-257 : 63-66", "237-240"
+	}
+	return "-", "-"
+}
+
+// premiumChart draws one panel per arm.
+func premiumChart(arms []*premiumArm) Chart {
+	c := Chart{Title: "Dynamo policy classes, premium vs regular: cumulative completions"}
+	for _, a := range arms {
+		p := Panel{
+			Title:  fmt.Sprintf("%s, quanta %d:%d: first %d completions %d:%d", a.File, a.Quanta[0], a.Quanta[1], a.PerClass, a.First[0], a.First[1]),
+			XLabel: "seconds since the start gate",
+			YLabel: "completed requests",
+			Series: a.Series,
+		}
+		if a.PremiumDone > 0 {
+			p.Markers = []Marker{{X: a.PremiumDone.Seconds(), Label: fmt.Sprintf("premium done, %d regular left", a.RegularLeft)}}
+		}
+		c.Panels = append(c.Panels, p)
+	}
+	return c
+}

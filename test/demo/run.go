@@ -1,0 +1,101 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Run runs the scenarios o selects, printing progress and result tables to
+// o.Stdout and writing one SVG chart per scenario to o.Out.
+func Run(ctx context.Context, o Options) error {
+	o, err := o.withDefaults()
+	if err != nil {
+		return err
+	}
+	log := logger(o.Stderr)
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return fmt.Errorf("demo: output directory: %w", err)
+	}
+	start := time.Now()
+	w := o.Stdout
+	fmt.Fprintf(w, "tollgate demo: the real ext_proc server and scheduler, a simulated Envoy (BUFFERED request body,\n")
+	fmt.Fprintf(w, "streamed response) and simulated vLLM workers, all on loopback. speed %g, seed %d, configs from %s\n", o.Speed, o.Seed, o.Examples)
+
+	if o.Scenario == ScenarioAll || o.Scenario == ScenarioPremium {
+		fmt.Fprintf(w, "\n== 1. Dynamo policy classes: premium vs regular under Deficit Round Robin\n")
+		fmt.Fprintf(w, "One worker runs 4 sequences; %d premium and %d regular requests of 512 uncached tokens are released\n", upstreamPerClass, upstreamPerClass)
+		fmt.Fprintf(w, "together. prefill_busy_threshold 1536 queues everything past four prefills; whenever a first token frees\n")
+		fmt.Fprintf(w, "a prefill, DRR picks the next class by its quantum. Run with %s, then %s.\n\n", fileEqualShare, filePremium4x)
+		arms, err := runPremium(ctx, premiumConfig{
+			perClass: upstreamPerClass, speed: o.Speed, seed: o.Seed, examples: o.Examples,
+			stdout: w, terminal: o.Terminal, log: log,
+		})
+		if err != nil {
+			return interrupted(ctx, err)
+		}
+		printPremium(w, arms)
+		if err := writeChart(w, filepath.Join(o.Out, "premium.svg"), premiumChart(arms)); err != nil {
+			return err
+		}
+	}
+	if o.Scenario == ScenarioAll || o.Scenario == ScenarioPriority {
+		fmt.Fprintf(w, "\n== 2. SMG priority admission: reservations, tenant clamp, preemption\n")
+		fmt.Fprintf(w, "Phase 1: a batch tenant submits %d bulk jobs at once while %d interactive users (auth:acme) and %d users of\n",
+			defaultPhase1.bulk, defaultPhase1.users[0], defaultPhase1.users[1])
+		fmt.Fprintf(w, "a tenant without a tenant policy (auth:free, asking for system) keep sending. Phase 2: bulk fills every slot\n")
+		fmt.Fprintf(w, "it may use and stalls before its first token; an interactive burst fills the rest and one more preempts.\n\n")
+		res, err := runPriority(ctx, priorityConfig{
+			speed: o.Speed, seed: o.Seed, examples: o.Examples,
+			stdout: w, terminal: o.Terminal, log: log,
+		})
+		if err != nil {
+			return interrupted(ctx, err)
+		}
+		printPriority(w, res)
+		if err := writeChart(w, filepath.Join(o.Out, "priority.svg"), priorityChart(res)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "\ndemo finished in %.1fs\n", time.Since(start).Seconds())
+	return nil
+}
+
+// interrupted reports a run cut short by ctx as such, not as the failed
+// request that noticed it.
+func interrupted(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("demo: interrupted: %w", context.Cause(ctx))
+	}
+	return err
+}
+
+// writeChart writes c to path and prints where it went.
+func writeChart(w io.Writer, path string, c Chart) (err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("demo: chart: %w", err)
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	if err := WriteSVG(f, c); err != nil {
+		return fmt.Errorf("demo: chart %s: %w", path, err)
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	fmt.Fprintf(w, "\n  chart: %s\n", path)
+	return nil
+}
+
+// logger logs the servers' warnings and errors to w, or nothing for nil.
+func logger(w io.Writer) *slog.Logger {
+	if w == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
