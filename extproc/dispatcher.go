@@ -19,6 +19,7 @@ type scheduler interface {
 	Tick(now time.Time) []sched.Action
 	SetWorkers(now time.Time, workers []sched.Worker) []sched.Action
 	Drain(now time.Time) []sched.Action
+	Resume()
 	NextDeadline() (time.Time, bool)
 	Route(model string) (worker string, rank uint32, ok bool)
 	Stats() sched.Stats
@@ -106,6 +107,7 @@ const (
 	evDone
 	evWorkers
 	evDrain
+	evActive
 	evStats
 	evRoute
 )
@@ -122,6 +124,8 @@ type event struct {
 	workers *workerSet
 	// evRoute.
 	model string
+	// evActive.
+	active bool
 	// reply, for the events that answer, has capacity 1.
 	reply chan reply
 }
@@ -149,6 +153,8 @@ type dispatcher struct {
 	tickets  map[uint64]*ticket
 	workers  *workerSet
 	draining bool
+	// standby: another replica leads; arrivals are answered 503.
+	standby bool
 	// cancels collects in-flight requests to undo after an impossible
 	// dispatch (a worker missing from the set); see deliver.
 	cancels []uint64
@@ -195,7 +201,7 @@ func (d *dispatcher) handle(ev event) {
 	now := d.now()
 	switch ev.kind {
 	case evSubmit:
-		if d.draining {
+		if d.draining || d.standby {
 			ev.tk.decide(&sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeShutdown, Priority: ev.req.Priority, Model: ev.req.Model}, target{})
 			return
 		}
@@ -223,6 +229,16 @@ func (d *dispatcher) handle(ev event) {
 	case evDrain:
 		d.draining = true
 		d.deliver(d.sch.Drain(now))
+		ev.reply <- reply{ok: true}
+	case evActive:
+		switch {
+		case !ev.active && !d.standby:
+			d.standby = true
+			d.deliver(d.sch.Drain(now))
+		case ev.active && d.standby:
+			d.standby = false
+			d.sch.Resume()
+		}
 		ev.reply <- reply{ok: true}
 	case evStats:
 		ev.reply <- reply{stats: d.sch.Stats(), ok: true}

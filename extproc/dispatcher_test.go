@@ -85,6 +85,8 @@ func (f *fakeScheduler) Drain(time.Time) []sched.Action {
 	return nil
 }
 
+func (f *fakeScheduler) Resume() { f.record("resume") }
+
 func (f *fakeScheduler) NextDeadline() (time.Time, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

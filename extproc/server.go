@@ -42,6 +42,8 @@ type Server struct {
 	ids      atomic.Uint64
 	active   atomic.Int64 // open Process streams
 	draining atomic.Bool
+	// standby is set while another replica holds the leader lease.
+	standby atomic.Bool
 	ready    atomic.Bool
 	// readers tracks the Recv goroutines, which outlive their handler by
 	// the moment gRPC takes to cancel the stream.
@@ -175,8 +177,28 @@ func (s *Server) noteWorkers(set *workerSet) {
 	s.updateHealth()
 }
 
-// Ready reports whether the server has workers and is not draining.
-func (s *Server) Ready() bool { return s.ready.Load() && !s.draining.Load() }
+// Ready reports whether the server has workers, leads (or runs without
+// leader election) and is not draining.
+func (s *Server) Ready() bool { return s.ready.Load() && !s.draining.Load() && !s.standby.Load() }
+
+// SetActive switches the server between leading (true, the initial state)
+// and standing by (false) for leader election. A standby reports NOT_SERVING
+// on gRPC health and 503 on /readyz at once, answers every queued request
+// 503 with Retry-After, and answers new requests the same way; its worker
+// view stays current, so it can take over as soon as it is made active
+// again. Requests already dispatched finish normally.
+func (s *Server) SetActive(ctx context.Context, active bool) error {
+	s.standby.Store(!active)
+	s.updateHealth()
+	s.log.Info("leadership changed", "active", active)
+	if !s.running() {
+		return nil
+	}
+	if _, err := s.disp.call(ctx, event{kind: evActive, active: active}); err != nil && !errors.Is(err, errStopped) {
+		return err
+	}
+	return nil
+}
 
 func (s *Server) updateHealth() {
 	st := healthgrpc.HealthCheckResponse_NOT_SERVING
@@ -253,6 +275,8 @@ func (s *Server) MetricsHandler() http.Handler {
 		switch {
 		case s.draining.Load():
 			http.Error(w, "draining", http.StatusServiceUnavailable)
+		case s.standby.Load():
+			http.Error(w, "standby: another replica leads", http.StatusServiceUnavailable)
 		case !s.ready.Load():
 			http.Error(w, "no workers", http.StatusServiceUnavailable)
 		default:

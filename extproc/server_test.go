@@ -433,6 +433,48 @@ func TestServer_DrainAnswersQueuedAndWaitsForInFlight(t *testing.T) {
 	ts.waitIdle()
 }
 
+func TestServer_StandbyAnswersQueuedAndNewRequests(t *testing.T) {
+	ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
+	p := proto{req: modeBuffered, resp: modeStreamed}
+	a := ts.open()
+	a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+	a.recvKinds(2)
+	b := ts.open()
+	b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+	b.recvKinds(2)
+	if err := ts.srv.SetActive(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if ir := b.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["retry-after"] == "" {
+		t.Fatalf("queued request on losing the lease got %v", ir)
+	}
+	hc, err := ts.health.Check(context.Background(), &healthgrpc.HealthCheckRequest{Service: ServiceName})
+	if err != nil || hc.GetStatus() != healthgrpc.HealthCheckResponse_NOT_SERVING || ts.srv.Ready() {
+		t.Fatalf("standby health %v %v, ready %v", hc.GetStatus(), err, ts.srv.Ready())
+	}
+	c := ts.open()
+	c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+	c.recv()
+	if ir := c.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 503 {
+		t.Fatalf("arrival on a standby: %v", ir)
+	}
+	a.finish() // the request dispatched before the lease was lost completes
+
+	if err := ts.srv.SetActive(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if !ts.srv.Ready() {
+		t.Fatal("not ready after regaining the lease")
+	}
+	d := ts.open()
+	d.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+	if got := d.recvKinds(2); !cmp.Equal([]string{"req_headers", "req_body+route"}, got) {
+		t.Fatalf("arrival after regaining the lease: %v", got)
+	}
+	d.finish()
+	ts.waitIdle()
+}
+
 func TestServer_HealthFollowsWorkers(t *testing.T) {
 	ts := startServer(t, Config{}, nil)
 	check := func(want healthgrpc.HealthCheckResponse_ServingStatus) {

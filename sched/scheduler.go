@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -85,9 +86,9 @@ const (
 // reservations exceed the capacity of that set, with the upstream text
 // "sum of class reservations (N) exceeds capacity (M)", and when the
 // configuration is malformed (profiles that would not resolve a request,
-// non-finite numbers).
+// non-finite numbers) or a worker has more than MaxDPSize ranks.
 func New(cfg Config, workers []Worker) (*Scheduler, error) {
-	if err := validateConfig(&cfg); err != nil {
+	if err := errors.Join(validateConfig(&cfg), validateWorkers(workers)); err != nil {
 		return nil, err
 	}
 	if cfg.Policy.Fallback == nil {
@@ -185,7 +186,8 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 	s.classify(e, &r, profile, pinned, t)
 	c := &profile.Classes[e.class]
 
-	mq := s.models[r.Model]
+	key := s.queueKey(r.Model)
+	mq := s.models[key]
 	backlog := c.Queues() && mq != nil && mq.ring.classLen(e.class) > 0
 	switch {
 	case fault != pinOK:
@@ -196,7 +198,7 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 		return s.actions
 	}
 	if mq == nil {
-		mq = s.queueFor(r.Model, profile)
+		mq = s.queueFor(key, profile)
 	}
 	e.mq = mq
 
@@ -322,7 +324,7 @@ func (s *Scheduler) Tick(now time.Time) []Action {
 // longer valid, such as one pinned to a removed worker, are rejected with
 // OutcomePinInvalid; in-flight bookings on removed workers stay until those
 // requests end. Worker IDs are expected to be unique; later duplicates are
-// ignored.
+// ignored, and so is a worker with more than MaxDPSize ranks.
 func (s *Scheduler) SetWorkers(now time.Time, workers []Worker) []Action {
 	s.actions = s.actions[:0]
 	t := s.at(now)
@@ -333,7 +335,7 @@ func (s *Scheduler) SetWorkers(now time.Time, workers []Worker) []Action {
 			next := e.next
 			if e.lane.exact() {
 				pin := Pin{Worker: e.lane.worker, Rank: e.lane.rank, HasRank: true}
-				r, _, fault := s.resolvePin(e.mq.name, e.taints, pin)
+				r, _, fault := s.resolvePin(e.model, e.taints, pin)
 				if fault == pinOK {
 					e.rank = r
 				} else {
@@ -366,6 +368,10 @@ func (s *Scheduler) Drain(now time.Time) []Action {
 	}
 	return s.actions
 }
+
+// Resume ends a Drain: arrivals may queue again. Leader election uses it
+// when a standby becomes the leader.
+func (s *Scheduler) Resume() { s.draining = false }
 
 // NextDeadline returns the earliest time at which Tick has work (a queue
 // timeout or a starvation promotion), and false when there is none.
@@ -441,7 +447,7 @@ func (s *Scheduler) isDispatchable(e *entry) bool {
 func (s *Scheduler) admit(e *entry, queued bool, t instant) {
 	r := s.choose(e)
 	if r == nil {
-		msg := s.noEndpointsMessage(e.mq.name, e.taints)
+		msg := s.noEndpointsMessage(e.model, e.taints)
 		s.finish(e, OutcomeNoEndpoints, queued, t).Message = msg
 		return
 	}
@@ -449,6 +455,9 @@ func (s *Scheduler) admit(e *entry, queued bool, t instant) {
 	s.takeSlot(e)
 	e.state = stateInFlight
 	s.admits[e.prio][OutcomeAdmitted]++
+	if e.promoted {
+		s.promotions[e.prio]++
+	}
 	a := s.emit(ActionDispatch, e, OutcomeAdmitted)
 	a.Worker, a.Rank = r.key.worker, r.key.rank
 	if queued {
@@ -479,7 +488,7 @@ func (s *Scheduler) rejectArrival(e *entry, model, class string, o Outcome, msg 
 
 // emit appends an action about e and returns it for the caller to finish.
 func (s *Scheduler) emit(kind ActionKind, e *entry, o Outcome) *Action {
-	return s.emitNamed(kind, e, e.mq.name, e.spec().Name, o)
+	return s.emitNamed(kind, e, e.model, e.spec().Name, o)
 }
 
 // emitNamed is emit with the queue's names given.
@@ -530,6 +539,7 @@ func (s *Scheduler) newEntry(r *Request, t instant) *entry {
 		e = new(entry)
 	}
 	e.id = r.ID
+	e.model = r.Model
 	e.prio = r.Priority
 	if e.prio >= NumPriorities {
 		e.prio = PriorityDefault

@@ -64,6 +64,10 @@ func TestScheduler_Drain(t *testing.T) {
 	h.want("an arrival that must queue", h.submit(simReq(6, PriorityBulk, 8)), "reject 6 shutdown")
 	h.want("the victim ends; nobody waits", h.done(2))
 	h.want("an arrival with a free slot is still served", h.submit(simReq(7, PriorityBulk, 8)), "dispatch 7 w/0")
+	h.want("full again: the next arrival is refused", h.submit(simReq(8, PriorityBulk, 8)), "reject 8 shutdown")
+	h.s.Resume()
+	h.want("after Resume an arrival queues again", h.submit(simReq(9, PriorityBulk, 8)))
+	h.want("and is dispatched when a slot frees", h.done(1), "dispatch 9 w/0 queued")
 }
 
 func TestScheduler_DuplicateID(t *testing.T) {
