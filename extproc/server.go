@@ -44,7 +44,7 @@ type Server struct {
 	draining atomic.Bool
 	// standby is set while another replica holds the leader lease.
 	standby atomic.Bool
-	ready    atomic.Bool
+	ready   atomic.Bool
 	// readers tracks the Recv goroutines, which outlive their handler by
 	// the moment gRPC takes to cancel the stream.
 	readers sync.WaitGroup
