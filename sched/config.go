@@ -23,6 +23,11 @@ func validateConfig(cfg *Config) error {
 	}
 	slices.Sort(models)
 	for _, m := range models {
+		if m == "" {
+			// The empty name's queue is shared by overflow names (queueKey),
+			// which must resolve to the same profile.
+			errs = append(errs, errors.New("sched: model profile name must not be empty"))
+		}
 		errs = append(errs, validateProfile(fmt.Sprintf("model %q profile", m), cfg.Policy.Models[m]))
 	}
 	if cfg.Policy.Fallback != nil {

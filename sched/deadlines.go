@@ -74,7 +74,9 @@ func (s *Scheduler) expire(t instant) {
 // promoteStarving promotes every queued bulk, default and interactive entry
 // that has waited strictly longer than its class's starvation threshold:
 // the entry sorts above every tier in its lane and its slot gate ignores
-// reservations. It reports whether it promoted anything.
+// reservations. It reports whether it promoted anything. A promotion is
+// counted when the promoted entry is admitted (admit), as upstream counts
+// only a starving head that got its slot.
 func (s *Scheduler) promoteStarving(t instant) bool {
 	promoted := false
 	for p := range PrioritySystem {
@@ -87,7 +89,6 @@ func (s *Scheduler) promoteStarving(t instant) bool {
 			w.promo = e.next
 			e.promoted = true
 			e.mq.ring.fix(e)
-			s.promotions[p]++
 			promoted = true
 		}
 	}

@@ -25,9 +25,11 @@
 //
 // Each served model name has one queue: a DRR ring over the policy classes of
 // the model's profile (Config.Policy.ProfileFor), created on the first request
-// for a model that some worker serves. A queued request sits in one lane of
-// its class (shared, or the exact (worker, rank) it is pinned to) and on the
-// wait list of its priority class. A dispatch pass pops one entry per queue
+// for a model that some worker serves. Workers without a model serve any name
+// a client sends, so past 1024 queues a name that neither the policy file nor
+// a worker names shares the empty name's queue (its eligibility stays its
+// own). A queued request sits in one lane of its class (shared, or the exact
+// (worker, rank) it is pinned to) and on the wait list of its priority class. A dispatch pass pops one entry per queue
 // in round-robin across models until no queue yields; it runs after every
 // call that can make a queued request dispatchable, including every enqueue
 // (upstream Dynamo waits for the next load event instead).

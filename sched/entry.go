@@ -35,7 +35,10 @@ type entry struct {
 	// The remaining fields are owned by scheduler.go.
 
 	state entryState
-	prio  Priority   // effective SMG class
+	prio  Priority // effective SMG class
+	// model is the request's model name: eligibility, limits and actions
+	// use it, since mq may be the queue shared by overflow names.
+	model string
 	flags entryFlags // first token seen, marked as a victim, preemptible
 	mq    *modelQueue
 	// enq is when the request was submitted (and queued, if it queued), as

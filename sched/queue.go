@@ -6,7 +6,8 @@ package sched
 // modelQueue is the queue of one served model name: a DRR ring over the
 // policy classes of the model's profile, plus the per-class counters the
 // ring does not keep. Created on the first request for a model that some
-// worker serves, and kept for the scheduler's life.
+// worker serves, and kept for the scheduler's life. Their number is
+// bounded (see queueKey).
 type modelQueue struct {
 	name    string
 	profile *Profile
@@ -18,6 +19,32 @@ type modelQueue struct {
 	queued [][NumPriorities]uint32
 	// backpressure counts limit rejections per policy class and LimitKind.
 	backpressure [][LimitCachedTokens + 1]uint64
+}
+
+// maxModelQueues bounds the number of model queues. Workers without a model
+// serve every name a client sends, so without a bound each name would add
+// a queue for good, and its metric series.
+const maxModelQueues = 1024
+
+// queueKey returns the key of model's queue: the name itself, except that
+// once maxModelQueues queues exist, a new name that neither the policy file
+// nor a worker names shares the queue of the empty name. Such a name has no
+// profile of its own, so the empty name's profile (the root or fallback) is
+// its profile too; its entries keep their own model for eligibility,
+// limits and actions, and the shared queue's metrics say model "".
+func (s *Scheduler) queueKey(model string) string {
+	if _, ok := s.models[model]; ok || len(s.models) < maxModelQueues {
+		return model
+	}
+	if _, ok := s.cfg.Policy.Models[model]; ok {
+		return model
+	}
+	for _, w := range s.workers {
+		if w.model == model {
+			return model
+		}
+	}
+	return ""
 }
 
 // queueFor returns model's queue, creating it with profile.
@@ -119,7 +146,7 @@ func (s *Scheduler) overLimit(e *entry) (LimitKind, uint64, uint64) {
 	if c.RequestLimitPerWorker == nil && c.RawISLLimitPerWorker == nil && c.CachedTokenLimitPerWorker == nil {
 		return LimitNone, 0, 0
 	}
-	workers := s.instances(e.mq.name)
+	workers := s.instances(e.model)
 	requests, isl, cached := e.mq.ring.classStats(e.class)
 	for _, l := range [...]struct {
 		kind      LimitKind
@@ -148,6 +175,10 @@ func (s *Scheduler) enqueue(e *entry, t instant) {
 	e.seq = s.seq
 	s.seq++
 	mq.ring.push(e)
+	if s.prio && e.lane.exact() {
+		// A new head of an exact lane blocked by the slot gate may pass it.
+		mq.ring.retest(e)
+	}
 	if mq.active < 0 {
 		mq.active = len(s.active)
 		s.active = append(s.active, mq)

@@ -113,6 +113,17 @@ func (r *ring) push(e *entry) {
 	c.cached += e.cached
 }
 
+// retest releases e's exact lane when the lane is blocked and e is its
+// head, so that the head is tested at the next pop. push leaves such a lane
+// blocked, as Dynamo does: its predicate gives the same answer for every
+// entry of a lane. The scheduler's slot gate does not (it depends on the
+// head's priority class), so the scheduler calls this after a push.
+func (r *ring) retest(e *entry) {
+	if l := e.q.lane; l != nil && l.bpos >= 0 && e.q.heapIndex == 0 {
+		r.unblock(&r.classes[l.class], l)
+	}
+}
+
 // remove takes a queued e out in O(log n), leaving no trace; an emptied
 // class's deficit resets to 0 and an emptied exact lane is deleted. If e
 // headed a blocked lane, the lane is released so its new head is tested. An

@@ -556,12 +556,24 @@ func (s *Scheduler) newEntry(r *Request, t instant) *entry {
 	return e
 }
 
-// recycle forgets e and returns it to the pool, keeping its buffers.
+// maxPooledEntryBuf bounds the taint and cache-hit buffers a pooled entry
+// keeps: enough for large fleets without retaining a past burst of huge
+// request lists.
+const maxPooledEntryBuf = 1024
+
+// recycle forgets e and returns it to the pool, keeping its buffers unless
+// they are larger than maxPooledEntryBuf.
 func (s *Scheduler) recycle(e *entry) {
 	delete(s.entries, e.id)
 	clear(e.taints)
 	taints, cached := e.taints[:0], e.cachedTokens[:0]
 	clear(cached[:cap(cached)])
+	if cap(taints) > maxPooledEntryBuf {
+		taints = nil
+	}
+	if cap(cached) > maxPooledEntryBuf {
+		cached = nil
+	}
 	*e = entry{taints: taints, cachedTokens: cached, next: s.pool}
 	s.pool = e
 }

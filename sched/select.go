@@ -32,7 +32,7 @@ func (s *Scheduler) choose(e *entry) *rankState {
 	if e.lane.exact() {
 		return e.rank
 	}
-	return s.pick(e.mq.name, e.taints, e, s.sel.Temperature)
+	return s.pick(e.model, e.taints, e, s.sel.Temperature)
 }
 
 // pick runs the cost function over the ranks eligible for model and taints.

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -16,6 +17,23 @@ import (
 // prefill tokens, active KV blocks and active requests of the requests
 // dispatched there; a rank of a removed worker stays in the book, marked
 // removed, until its last request ends.
+
+// MaxDPSize bounds a worker's DP ranks: each rank has its own load entry,
+// so a mistyped dp_size must not expand into billions of them. Real
+// deployments stay far below it.
+const MaxDPSize = 1 << 14
+
+// validateWorkers reports the workers New refuses: more than MaxDPSize
+// ranks. SetWorkers, which cannot fail, ignores such a worker.
+func validateWorkers(list []Worker) error {
+	var errs []error
+	for _, w := range list {
+		if w.DPSize > MaxDPSize {
+			errs = append(errs, fmt.Errorf("sched: worker %q: dp_size %d exceeds %d", w.ID, w.DPSize, MaxDPSize))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // workerState is one worker instance of the current set.
 type workerState struct {
@@ -89,14 +107,15 @@ func (r *rankState) busyFor(c *ClassSpec) bool {
 
 // installWorkers replaces the worker set. Ranks that stay keep their load;
 // ranks that leave while loaded stay in the book, marked removed; duplicate
-// IDs after the first are ignored.
+// IDs after the first, and workers with more than MaxDPSize ranks, are
+// ignored.
 func (s *Scheduler) installWorkers(list []Worker) {
 	old := s.ranks
 	s.workers = make([]*workerState, 0, len(list))
 	s.byID = make(map[string]*workerState, len(list))
 	s.ranks = make(map[laneKey]*rankState, len(old))
 	for _, w := range list {
-		if _, dup := s.byID[w.ID]; dup {
+		if _, dup := s.byID[w.ID]; dup || w.DPSize > MaxDPSize {
 			continue
 		}
 		ws := &workerState{
@@ -172,7 +191,7 @@ func (s *Scheduler) workerGate(e *entry) (open, eligible bool) {
 	if e.lane.exact() {
 		return !c.Queues() || !e.rank.busyFor(c), true
 	}
-	model := e.mq.name
+	model := e.model
 	if !c.Queues() {
 		return true, s.anyEligible(model, e.taints)
 	}
@@ -224,7 +243,9 @@ const (
 // number.
 func (s *Scheduler) resolvePin(model string, taints []string, p Pin) (*rankState, uint32, pinFault) {
 	w := s.byID[p.Worker]
-	if w != nil && !w.serves(model) {
+	if w != nil && (!w.serves(model) || p.Worker == "") {
+		// The empty id names no exact lane (laneKey.exact), so a pin to it
+		// could not be honoured.
 		w = nil
 	}
 	if !p.HasRank {
