@@ -216,7 +216,7 @@ func (x *exchange) onExpire(now time.Time) step {
 		}
 		x.p.metrics.budgetExpired.Inc()
 		x.log.Info("queued request answered before Envoy's message timer fires", "request", x.id)
-		x.leaveQueue(now, x.queued)
+		x.leaveQueue(now, x.queued, "")
 		x.report(evCancel)
 		return x.reject(now, &rejection{reason: reasonQueueTimeout})
 	case x.respHeld && x.respTimer.running:
@@ -266,7 +266,7 @@ func (x *exchange) onTicket(now time.Time, st ticketState) step {
 			return s
 		}
 		a := &st.action
-		x.leaveQueue(now, a.Queued)
+		x.leaveQueue(now, a.Queued, a.PolicyClass)
 		if a.Kind != sched.ActionDispatch {
 			rej, ok := rejectionFor(a)
 			if !ok {
@@ -298,10 +298,14 @@ func (x *exchange) onTicket(now time.Time, st ticketState) step {
 	return s
 }
 
-// leaveQueue records the queue wait of a request leaving the queue.
-func (x *exchange) leaveQueue(now time.Time, queued bool) {
+// leaveQueue records the queue wait of a request leaving the queue; class
+// is the physical policy class of the scheduler's decision, empty without one.
+func (x *exchange) leaveQueue(now time.Time, queued bool, class string) {
 	if queued && x.plan != nil {
-		x.p.metrics.observeWait(x.who.priority, metricModel(x.plan.req.Model), x.plan.req.Class, now.Sub(x.submitAt))
+		if class == "" {
+			class = "unknown"
+		}
+		x.p.metrics.observeWait(x.who.priority, x.plan.req.Model, class, now.Sub(x.submitAt))
 	}
 }
 
@@ -362,7 +366,7 @@ func (x *exchange) close(now time.Time, cause error) {
 	x.compareUsage()
 	switch {
 	case x.stage == stageQueued:
-		x.leaveQueue(now, x.queued)
+		x.leaveQueue(now, x.queued, "")
 		x.report(evCancel)
 	case x.admitted && !x.reported:
 		if x.respDone || !x.respStarted {

@@ -37,7 +37,10 @@ var smgOutcomes = []struct {
 // statsCollector.
 type metrics struct {
 	reg     *prometheus.Registry
-	tenants *tenantLabels
+	tenants *boundedLabels
+	// models bounds the model label of tollgate_* series: model names come
+	// from request bodies.
+	models *boundedLabels
 
 	smgQueueWait    *prometheus.HistogramVec
 	clamp           *prometheus.CounterVec
@@ -55,7 +58,8 @@ type metrics struct {
 func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metrics {
 	m := &metrics{
 		reg:     prometheus.NewRegistry(),
-		tenants: newTenantLabels(topN),
+		tenants: newBoundedLabels(topN),
+		models:  newBoundedLabels(maxModelLabels),
 		smgQueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "smg_scheduler_queue_wait_seconds",
 			Help:    "Time requests that queued spent waiting, by effective priority class, recorded when they left the queue.",
@@ -108,28 +112,33 @@ func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metr
 	return m
 }
 
-// observeWait records a queued request leaving the queue.
+// maxModelLabels bounds the distinct model label values of tollgate_* series.
+const maxModelLabels = 64
+
+// observeWait records a queued request leaving the queue. class is the
+// physical policy class the scheduler queued it in ("unknown" when the
+// request left without a decision, such as a client that went away).
 func (m *metrics) observeWait(p sched.Priority, model, class string, wait time.Duration) {
 	m.smgQueueWait.WithLabelValues(p.String()).Observe(wait.Seconds())
-	m.queueWait.WithLabelValues(model, class).Observe(wait.Seconds())
+	m.queueWait.WithLabelValues(m.models.label(metricModel(model)), class).Observe(wait.Seconds())
 }
 
-// tenantLabels bounds the tenant label's cardinality: the first n distinct
-// tenants keep their own value, every later one is "other". Tenants are
-// admitted in the order they are first seen, so a series never changes its
-// label once created. Safe for concurrent use.
-type tenantLabels struct {
+// boundedLabels bounds a label's cardinality: the first n distinct values
+// keep their own value, every later one is "other". Values are admitted in
+// the order they are first seen, so a series never changes its label once
+// created. Safe for concurrent use.
+type boundedLabels struct {
 	n int
 	// mu guards seen.
 	mu   sync.Mutex
 	seen map[string]struct{}
 }
 
-func newTenantLabels(n int) *tenantLabels {
-	return &tenantLabels{n: n, seen: make(map[string]struct{})}
+func newBoundedLabels(n int) *boundedLabels {
+	return &boundedLabels{n: n, seen: make(map[string]struct{})}
 }
 
-func (t *tenantLabels) label(tenant string) string {
+func (t *boundedLabels) label(tenant string) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.seen[tenant]; ok {

@@ -14,7 +14,7 @@ import (
 )
 
 func TestTenantLabels_TopN(t *testing.T) {
-	l := newTenantLabels(2)
+	l := newBoundedLabels(2)
 	for _, tc := range []struct{ in, want string }{
 		{"auth:a", "auth:a"}, {"auth:b", "auth:b"}, {"auth:c", "other"}, {"auth:a", "auth:a"}, {"ip:10.0.0.1", "other"},
 	} {

@@ -101,6 +101,9 @@ func ValidateWorkers(ws []Worker) error {
 		if _, err := parseAddress(w.Address); err != nil {
 			bad("%v", err)
 		}
+		if w.DPSize > sched.MaxDPSize {
+			bad("dp_size %d exceeds %d", w.DPSize, sched.MaxDPSize)
+		}
 		if uint64(w.DPStartRank)+uint64(max(w.DPSize, 1)) > 1<<32 {
 			bad("dp_start_rank %d + dp_size %d overflows a 32-bit rank", w.DPStartRank, w.DPSize)
 		}

@@ -70,6 +70,7 @@ func TestParseWorkers_Rejects(t *testing.T) {
 		{"duplicate id", "workers:\n- {id: w0, address: 10.0.0.1:80}\n- {id: w0, address: 10.0.0.2:80}\n", []string{`worker "w0": duplicate id`}},
 		{"missing id and address", "workers:\n- {model: m}\n", []string{"worker 0: id is required", "address is required"}},
 		{"rank overflow", "workers:\n- {id: w0, address: 10.0.0.1:80, dp_start_rank: 4294967295, dp_size: 2}\n", []string{"overflows"}},
+		{"dp_size too large", "workers:\n- {id: w0, address: 10.0.0.1:80, dp_size: 16385}\n", []string{`worker "w0": dp_size 16385 exceeds 16384`}},
 		{"float", "workers:\n- {id: w0, address: 10.0.0.1:80, max_running_requests: 1.5}\n", []string{"max_running_requests"}},
 	}
 	for _, tt := range tests {

@@ -56,7 +56,8 @@ type Hints struct {
 	BackendInstanceID string
 	// DPRank is nvext.dp_rank.
 	DPRank *uint32
-	// RequiredTaints is nvext.routing_constraints.required_taints.
+	// RequiredTaints is nvext.routing_constraints.required_taints, at most
+	// MaxRequiredTaints of them (eligibility costs taints × workers).
 	RequiredTaints []string
 }
 
@@ -408,6 +409,9 @@ func workerID(raw []byte, field string) (string, *Error) {
 	return "", wrongType(field, "an unsigned integer or a string")
 }
 
+// MaxRequiredTaints bounds nvext.routing_constraints.required_taints.
+const MaxRequiredTaints = 16
+
 func (h *Hints) parseConstraints(raw []byte) *Error {
 	if !given(raw) {
 		return nil
@@ -426,6 +430,9 @@ func (h *Hints) parseConstraints(raw []byte) *Error {
 	}
 	const field = "nvext.routing_constraints.required_taints"
 	return forEach(taints, field, func(i int, elem []byte) *Error {
+		if i >= MaxRequiredTaints {
+			return invalid(field, "an array of at most "+strconv.Itoa(MaxRequiredTaints)+" strings")
+		}
 		s, err := stringValue(elem, field+"["+strconv.Itoa(i)+"]")
 		if err != nil {
 			return err

@@ -275,6 +275,7 @@ func TestParseErrors(t *testing.T) {
 		{"dp_rank type", "nvext.dp_rank", CodeInvalidType, "'nvext.dp_rank' must be an integer in [0, 4294967295]", KindCompletions, `{"model":"m","prompt":"x","nvext":{"dp_rank":"0"}}`},
 		{"routing_constraints type", "nvext.routing_constraints", CodeInvalidType, "'nvext.routing_constraints' must be an object", KindCompletions, `{"model":"m","prompt":"x","nvext":{"routing_constraints":"gpu"}}`},
 		{"required_taints type", "nvext.routing_constraints.required_taints", CodeInvalidType, "'nvext.routing_constraints.required_taints' must be an array", KindCompletions, `{"model":"m","prompt":"x","nvext":{"routing_constraints":{"required_taints":"gpu"}}}`},
+		{"too many required_taints", "nvext.routing_constraints.required_taints", CodeInvalidValue, "'nvext.routing_constraints.required_taints' must be an array of at most 16 strings", KindCompletions, `{"model":"m","prompt":"x","nvext":{"routing_constraints":{"required_taints":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}}}`},
 		{"required_taints element", "nvext.routing_constraints.required_taints[1]", CodeInvalidType, "'nvext.routing_constraints.required_taints[1]' must be a string", KindCompletions, `{"model":"m","prompt":"x","nvext":{"routing_constraints":{"required_taints":["a",1]}}}`},
 		{"unknown kind", "", CodeInvalidValue, "unknown route kind 99", Kind(99), `{"model":"m"}`},
 	} {
