@@ -118,6 +118,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.started = true
 	s.runMu.Unlock()
+	// A SetActive before Run only recorded the flag; the dispatcher starts
+	// from it (a later SetActive reaches the dispatcher as an event).
+	s.disp.standby = s.standby.Load()
 	s.log.Info("dispatcher started")
 	s.disp.run(ctx)
 	s.log.Info("dispatcher stopped")

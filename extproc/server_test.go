@@ -49,9 +49,18 @@ type testServer struct {
 // startServer runs a Server on a bufconn listener for the test's duration.
 func startServer(t *testing.T, cfg Config, workers []Worker) *testServer {
 	t.Helper()
+	return startServerWith(t, cfg, workers, nil)
+}
+
+// startServerWith is startServer with a hook that runs before Run starts.
+func startServerWith(t *testing.T, cfg Config, workers []Worker, beforeRun func(*Server)) *testServer {
+	t.Helper()
 	s, err := New(cfg, workers)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if beforeRun != nil {
+		beforeRun(s)
 	}
 	opts, err := ServerOptions(cfg)
 	if err != nil {
@@ -472,6 +481,22 @@ func TestServer_StandbyAnswersQueuedAndNewRequests(t *testing.T) {
 		t.Fatalf("arrival after regaining the lease: %v", got)
 	}
 	d.finish()
+	ts.waitIdle()
+}
+
+func TestServer_StandbyBeforeRunStaysStandby(t *testing.T) {
+	ts := startServerWith(t, Config{}, oneWorker, func(s *Server) {
+		if err := s.SetActive(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+	})
+	p := proto{req: modeBuffered, resp: modeStreamed}
+	c := ts.open()
+	c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+	c.recv()
+	if ir := c.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 503 {
+		t.Fatalf("a server made standby before Run admitted a request: %v", ir)
+	}
 	ts.waitIdle()
 }
 

@@ -1,0 +1,214 @@
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/tollgate/tollgate/extproc"
+)
+
+// Pod annotations that describe a worker. A pod without one gets the
+// corresponding Defaults field.
+const (
+	// AnnotationWorkerID names the worker (what pins name). Without it the
+	// worker is "NAMESPACE/POD-NAME", which survives tollgate restarts and
+	// pod IP changes alike.
+	AnnotationWorkerID = "tollgate.io/worker-id"
+	// AnnotationMaxRunningRequests is the worker's SMG slot count, a
+	// positive integer (vLLM's --max-num-seqs).
+	AnnotationMaxRunningRequests = "tollgate.io/max-running-requests"
+	// AnnotationMaxNumBatchedTokens is Dynamo's max_num_batched_tokens, a
+	// positive integer.
+	AnnotationMaxNumBatchedTokens = "tollgate.io/max-num-batched-tokens"
+	// AnnotationDPSize is the number of data-parallel ranks, 1 to MaxDPSize.
+	AnnotationDPSize = "tollgate.io/dp-size"
+	// AnnotationDPStartRank is the first data-parallel rank, a non-negative
+	// integer (0 unless one DP group spans several pods).
+	AnnotationDPStartRank = "tollgate.io/dp-start-rank"
+	// AnnotationTaints is a comma-separated list of taints; an empty value
+	// means none.
+	AnnotationTaints = "tollgate.io/taints"
+	// AnnotationModel is the served model name; an empty value serves every
+	// model, overriding Defaults.Model.
+	AnnotationModel = "tollgate.io/model"
+
+	// annotationPrefix is the prefix every annotation above shares.
+	annotationPrefix = "tollgate.io/"
+)
+
+// MaxDPSize bounds AnnotationDPSize. The scheduler keeps state per rank, so
+// a pod must not be able to make it allocate without bound.
+const MaxDPSize = 1024
+
+// maxWorkerIDLen bounds AnnotationWorkerID: a DNS subdomain's length, ample
+// for a name and short enough for a header.
+const maxWorkerIDLen = 253
+
+// knownAnnotations lists every annotation read from a pod.
+var knownAnnotations = []string{
+	AnnotationWorkerID, AnnotationMaxRunningRequests, AnnotationMaxNumBatchedTokens,
+	AnnotationDPSize, AnnotationDPStartRank, AnnotationTaints, AnnotationModel,
+}
+
+// Defaults is what a worker gets for each annotation its pod lacks. Zero
+// fields select extproc's own defaults (64 slots, 10,000,000 batched
+// tokens, one DP rank, every model).
+type Defaults struct {
+	// MaxRunningRequests is the default SMG slot count.
+	MaxRunningRequests uint32
+	// MaxNumBatchedTokens is the default max_num_batched_tokens.
+	MaxNumBatchedTokens uint64
+	// DPSize is the default number of data-parallel ranks.
+	DPSize uint32
+	// Model is the default served model; empty serves every model.
+	Model string
+}
+
+// Validate reports every bad field, joined.
+func (d Defaults) Validate() error {
+	var errs []error
+	if d.DPSize > MaxDPSize {
+		errs = append(errs, fmt.Errorf("kube: default dp size %d exceeds %d", d.DPSize, MaxDPSize))
+	}
+	if strings.TrimSpace(d.Model) != d.Model {
+		errs = append(errs, fmt.Errorf("kube: default model %q has surrounding whitespace", d.Model))
+	}
+	return errors.Join(errs...)
+}
+
+// podWorker describes the worker behind pod from its annotations and d;
+// the caller fills in the address. A pod with any bad annotation is
+// reported with every problem joined and gets no worker: guessing its
+// capacity could overbook it, and a fallback id would silently break pins
+// (see the package documentation).
+func podWorker(pod *corev1.Pod, d Defaults) (extproc.Worker, error) {
+	w := extproc.Worker{
+		ID:                  pod.Namespace + "/" + pod.Name,
+		MaxRunningRequests:  d.MaxRunningRequests,
+		MaxNumBatchedTokens: d.MaxNumBatchedTokens,
+		DPSize:              d.DPSize,
+		Model:               d.Model,
+	}
+	ann := pod.Annotations
+	var errs []error
+	bad := func(key string, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("annotation %s=%q: %s", key, ann[key], fmt.Sprintf(format, args...)))
+	}
+	if v, ok := ann[AnnotationWorkerID]; ok {
+		if err := checkWorkerID(v); err != nil {
+			bad(AnnotationWorkerID, "%v", err)
+		}
+		w.ID = v
+	}
+	if v, ok := ann[AnnotationMaxRunningRequests]; ok {
+		n, err := parseCount(v, 1, 1<<32-1)
+		if err != nil {
+			bad(AnnotationMaxRunningRequests, "%v", err)
+		}
+		w.MaxRunningRequests = uint32(n)
+	}
+	if v, ok := ann[AnnotationMaxNumBatchedTokens]; ok {
+		n, err := parseCount(v, 1, 1<<64-1)
+		if err != nil {
+			bad(AnnotationMaxNumBatchedTokens, "%v", err)
+		}
+		w.MaxNumBatchedTokens = n
+	}
+	if v, ok := ann[AnnotationDPSize]; ok {
+		n, err := parseCount(v, 1, MaxDPSize)
+		if err != nil {
+			bad(AnnotationDPSize, "%v", err)
+		}
+		w.DPSize = uint32(n)
+	}
+	if v, ok := ann[AnnotationDPStartRank]; ok {
+		n, err := parseCount(v, 0, 1<<32-1)
+		if err != nil {
+			bad(AnnotationDPStartRank, "%v", err)
+		}
+		w.DPStartRank = uint32(n)
+	}
+	if uint64(w.DPStartRank)+uint64(max(w.DPSize, 1)) > 1<<32 {
+		bad(AnnotationDPStartRank, "dp start rank %d + dp size %d overflows a 32-bit rank", w.DPStartRank, max(w.DPSize, 1))
+	}
+	if v, ok := ann[AnnotationTaints]; ok {
+		ts, err := parseTaints(v)
+		if err != nil {
+			bad(AnnotationTaints, "%v", err)
+		}
+		w.Taints = ts
+	}
+	if v, ok := ann[AnnotationModel]; ok {
+		if strings.TrimSpace(v) != v {
+			bad(AnnotationModel, "surrounding whitespace")
+		}
+		w.Model = v
+	}
+	if len(errs) > 0 {
+		return extproc.Worker{}, errors.Join(errs...)
+	}
+	return w, nil
+}
+
+// unknownAnnotations returns the tollgate.io/ annotation keys of pod that
+// tollgate does not read, sorted; most likely typos.
+func unknownAnnotations(pod *corev1.Pod) []string {
+	var out []string
+	for k := range pod.Annotations {
+		if strings.HasPrefix(k, annotationPrefix) && !slices.Contains(knownAnnotations, k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkWorkerID accepts printable ASCII without spaces: an id travels in
+// the x-dynamo-worker-instance-id header.
+func checkWorkerID(id string) error {
+	if id == "" {
+		return errors.New("empty")
+	}
+	if len(id) > maxWorkerIDLen {
+		return fmt.Errorf("longer than %d bytes", maxWorkerIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c >= 0x7f || c == ',' {
+			return errors.New("only printable ASCII without spaces or commas is allowed")
+		}
+	}
+	return nil
+}
+
+// parseCount parses a decimal integer in [lo, hi].
+func parseCount(s string, lo, hi uint64) (uint64, error) {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("not an integer in [%d, %d]", lo, hi)
+	}
+	return n, nil
+}
+
+// parseTaints splits a comma-separated taint list; blanks around items are
+// trimmed, duplicates dropped, empty items refused.
+func parseTaints(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []string
+	for t := range strings.SplitSeq(s, ",") {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			return nil, errors.New("empty taint in the list")
+		}
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
