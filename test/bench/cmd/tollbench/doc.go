@@ -1,0 +1,32 @@
+// Command tollbench runs tollgate's performance benchmark and prints one
+// table; `make bench` runs it from the repository root:
+//
+//	go run ./test/bench/cmd/tollbench run [-out bench-out] [-profile]
+//
+// The run subcommand (the default) goes through five phases, printing
+// progress on stderr, and writes the table to stdout and to
+// <out>/results.md, with the raw outputs, logs and profiles next to it:
+//
+//  1. scheduler micro-benchmarks: `go test -bench` on ./sched (ring
+//     push+pop, Submit+dispatch+Done with and without the slot gate,
+//     preemption, and the heap bytes of 1,000,000 queued requests);
+//  2. end-to-end load: tollgate and the null ext_proc server
+//     (test/bench/nullextproc), each built into a temporary directory and
+//     run in its own process, in front of one upstream process; a load
+//     process per measurement drives simulated Envoy requests in BUFFERED
+//     and FULL_DUPLEX_STREAMED mode at several concurrencies, alternating
+//     the two servers for several rounds, and the medians are reported;
+//  3. held requests: tollgate with the priority scheduler and a worker of
+//     64 slots whose requests are parked, so that N more wait in
+//     tollgate's queue; its resident memory and goroutines per held
+//     request, and the drain time after release, at two sizes;
+//  4. tokenizers: `go test -bench` on ./extproc/tokenize;
+//  5. with -profile, CPU and allocation profiles of the extproc server code
+//     under the BUFFERED load at the highest concurrency, taken from a
+//     harness build of the server (the serve subcommand) since the tollgate
+//     binary has no profiling endpoint.
+//
+// The other subcommands are the processes the run starts: worker (the
+// upstream), load (one measurement, JSON on stdout), hold (one held-request
+// measurement, JSON on stdout) and serve (the profiling harness).
+package main

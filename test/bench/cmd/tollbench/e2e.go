@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tollgate/tollgate/test/bench"
+)
+
+// The two ext_proc servers of the end-to-end phase.
+const (
+	serverNull     = "null"
+	serverTollgate = "tollgate"
+)
+
+// e2eRun is one end-to-end measurement, as saved in e2e.json.
+type e2eRun struct {
+	Server string           `json:"server"`
+	Round  int              `json:"round"`
+	Result bench.LoadResult `json:"result"`
+	// CPUPerRequest is the server process's CPU time while the load ran
+	// (warm-up included) over every request it completed.
+	CPUPerRequest time.Duration `json:"server_cpu_per_request_ns"`
+}
+
+// stack is the processes of the end-to-end phase.
+type stack struct {
+	worker, null, tollgate *child
+	workersFile            string
+}
+
+func (s *stack) stop() error {
+	var errs []error
+	for _, c := range []*child{s.tollgate, s.null, s.worker} {
+		if c != nil {
+			errs = append(errs, c.stop())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// startWorker starts the upstream process and returns it with its address.
+func (r *runner) startWorker(ctx context.Context, name string) (*child, string, error) {
+	w, err := startChild(ctx, name, r.logs, []string{r.self, "worker"})
+	if err != nil {
+		return nil, "", err
+	}
+	addr, err := w.addr("http")
+	if err != nil {
+		_ = w.stop()
+		return nil, "", err
+	}
+	return w, addr, nil
+}
+
+// writeWorkers writes a workers file with one worker at addr.
+func (r *runner) writeWorkers(name, addr string, slots int) (string, error) {
+	p := filepath.Join(r.tmp, name)
+	line := fmt.Sprintf("workers:\n- {id: w0, address: %q", addr)
+	if slots > 0 {
+		line += ", max_running_requests: " + strconv.Itoa(slots)
+	}
+	return p, os.WriteFile(p, []byte(line+"}\n"), 0o644)
+}
+
+// tollgateArgs are the flags of every tollgate process of the run.
+func tollgateArgs(bin, workersFile string, extra ...string) []string {
+	return append([]string{bin, "serve", "--grpc-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0",
+		"--workers", workersFile, "--tokenizer=estimate", "--drain-delay", "0", "--shutdown-timeout", "2s"}, extra...)
+}
+
+// startStack builds and starts the upstream, the null server and tollgate.
+func (r *runner) startStack(ctx context.Context) (*stack, error) {
+	tg, err := r.build(ctx, "./cmd/tollgate")
+	if err != nil {
+		return nil, err
+	}
+	null, err := r.build(ctx, "./test/bench/nullextproc")
+	if err != nil {
+		return nil, err
+	}
+	s := &stack{}
+	var addr string
+	if s.worker, addr, err = r.startWorker(ctx, "e2e-worker"); err != nil {
+		return nil, err
+	}
+	if s.workersFile, err = r.writeWorkers("workers-e2e.yaml", addr, 0); err != nil {
+		return nil, errors.Join(err, s.stop())
+	}
+	if s.null, err = startChild(ctx, "e2e-null", r.logs, []string{null, "--endpoint", addr}); err != nil {
+		return nil, errors.Join(err, s.stop())
+	}
+	if s.tollgate, err = startChild(ctx, "e2e-tollgate", r.logs, tollgateArgs(tg, s.workersFile)); err != nil {
+		return nil, errors.Join(err, s.stop())
+	}
+	return s, nil
+}
+
+// load runs one measurement in its own process.
+func (r *runner) load(ctx context.Context, name, addr string, m bench.Mode, c int, warmup, d time.Duration) (*bench.LoadResult, error) {
+	var res bench.LoadResult
+	err := runJSON(ctx, name, r.logs, []string{r.self, "load", "--ext", addr, "--mode", string(m),
+		"--concurrency", strconv.Itoa(c), "--warmup", warmup.String(), "--duration", d.String()}, &res)
+	return &res, err
+}
+
+// e2ePhase alternates the null server and tollgate over every mode,
+// concurrency and round, and reports the medians.
+func (r *runner) e2ePhase(ctx context.Context) (err error) {
+	s, err := r.startStack(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, s.stop()) }()
+	addrs, pids := map[string]string{}, map[string]int{}
+	for name, c := range map[string]*child{serverNull: s.null, serverTollgate: s.tollgate} {
+		if addrs[name], err = c.addr("grpc"); err != nil {
+			return err
+		}
+		pids[name] = c.pid()
+	}
+	all := map[bench.Mode][]e2eRun{}
+	for _, m := range []bench.Mode{bench.ModeBuffered, bench.ModeDuplex} {
+		for round := 1; round <= r.o.rounds; round++ {
+			for ci, c := range r.o.conc {
+				order := []string{serverNull, serverTollgate}
+				if (round+ci)%2 == 0 {
+					order[0], order[1] = order[1], order[0]
+				}
+				for _, srv := range order {
+					name := fmt.Sprintf("load-%s-c%d-r%d-%s", m, c, round, srv)
+					cpu0, err := bench.ProcCPU(pids[srv])
+					if err != nil {
+						return err
+					}
+					res, err := r.load(ctx, name, addrs[srv], m, c, r.o.warmup, r.o.duration)
+					if err != nil {
+						return err
+					}
+					cpu1, err := bench.ProcCPU(pids[srv])
+					if err != nil {
+						return err
+					}
+					run := e2eRun{Server: srv, Round: round, Result: *res}
+					if res.Completed > 0 {
+						run.CPUPerRequest = (cpu1 - cpu0) / time.Duration(res.Completed)
+					}
+					r.progress("e2e %s round %d/%d c=%d %-8s %6.0f req/s  p50 %-9s p99 %-9s  server CPU %s/req  errors %d",
+						m, round, r.o.rounds, c, srv, res.RPS, bench.FormatDuration(latency(m, res, 50)),
+						bench.FormatDuration(latency(m, res, 99)), bench.FormatDuration(run.CPUPerRequest), res.Errors)
+					all[m] = append(all[m], run)
+				}
+			}
+		}
+	}
+	r.note("End-to-end: tollgate (`tollgate serve --tokenizer=estimate`, default flags, a workers file with one worker) and "+
+		"the null ext_proc server (test/bench/nullextproc: answers every message at once, same reply shapes and route) each run "+
+		"in their own process in front of one upstream process that answers a one-token completion at once. Each measurement "+
+		"is a fresh load process (test/envoysim over loopback TCP, 2 gRPC connections, closed loop, 2 KiB /v1/completions "+
+		"bodies with a shared first half) with a %s warm-up and a %s window; %d rounds alternate the two servers. Cells are "+
+		"median (min–max) over rounds; ratios are tollgate/null of the medians. BUFFERED latency is the whole request as the "+
+		"client sees it; FULL_DUPLEX_STREAMED latency is from the request headers to the route plus the echoed body. Server "+
+		"CPU per request is the server process's CPU time during the load over the requests it completed.",
+		r.o.warmup, r.o.duration, r.o.rounds)
+	data, err := json.MarshalIndent(all, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(r.o.out, "e2e.json"), data, 0o644); err != nil {
+		return err
+	}
+	for _, m := range []bench.Mode{bench.ModeBuffered, bench.ModeDuplex} {
+		r.e2eRows(m, all[m])
+	}
+	return nil
+}
+
+// latency is the latency reported for mode m: the whole exchange in
+// BUFFERED mode, the routing decision with the echoed body in
+// FULL_DUPLEX_STREAMED mode.
+func latency(m bench.Mode, res *bench.LoadResult, p int) time.Duration {
+	if m == bench.ModeDuplex {
+		if p == 50 {
+			return res.DecisionP50
+		}
+		return res.DecisionP99
+	}
+	if p == 50 {
+		return res.TotalP50
+	}
+	return res.TotalP99
+}
+
+// e2eSections name the end-to-end sections of the table.
+var e2eSections = map[bench.Mode]string{
+	bench.ModeBuffered: "End-to-end BUFFERED",
+	bench.ModeDuplex:   "End-to-end FULL_DUPLEX_STREAMED",
+}
+
+// spread is the median and range of one figure over the rounds.
+type spread struct{ med, lo, hi float64 }
+
+func spreadOf(v []float64) spread {
+	if len(v) == 0 {
+		return spread{}
+	}
+	return spread{bench.Median(v), slices.Min(v), slices.Max(v)}
+}
+
+// e2eRows adds the rows of one mode: per concurrency, the medians over
+// rounds (and their range) of throughput, p50, p99 and server CPU per
+// request, with the tollgate/null ratios and the targets.
+func (r *runner) e2eRows(m bench.Mode, runs []e2eRun) {
+	section := e2eSections[m]
+	top := slices.Max(r.o.conc)
+	for _, c := range r.o.conc {
+		type figures struct {
+			rps, p50, p99, cpu spread
+			errs               int
+			first              string
+		}
+		fig := map[string]*figures{}
+		for _, srv := range []string{serverNull, serverTollgate} {
+			var rps, p50, p99, cpu []float64
+			f := &figures{}
+			for _, run := range runs {
+				if run.Server != srv || run.Result.Concurrency != c {
+					continue
+				}
+				res := run.Result
+				rps = append(rps, res.RPS)
+				p50 = append(p50, float64(latency(m, &res, 50)))
+				p99 = append(p99, float64(latency(m, &res, 99)))
+				cpu = append(cpu, float64(run.CPUPerRequest))
+				f.errs += res.Errors
+				if f.first == "" {
+					f.first = res.FirstError
+				}
+			}
+			f.rps, f.p50, f.p99, f.cpu = spreadOf(rps), spreadOf(p50), spreadOf(p99), spreadOf(cpu)
+			fig[srv] = f
+		}
+		tg, nl := fig[serverTollgate], fig[serverNull]
+		cs := fmt.Sprintf("concurrency %d", c)
+		row := func(measure string, t, n spread, format func(float64) string) bench.Row {
+			cell := func(s spread) string {
+				return fmt.Sprintf("%s (%s–%s)", format(s.med), format(s.lo), format(s.hi))
+			}
+			return bench.Row{Section: section, Case: cs, Measure: measure, Value: cell(t), Baseline: cell(n), Target: bench.Ratio(t.med, n.med)}
+		}
+		count := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+		dur := func(v float64) string { return bench.FormatDuration(time.Duration(v)) }
+		tput := row("throughput, req/s", tg.rps, nl.rps, count)
+		if c == top {
+			tput.Target += fmt.Sprintf(" (target ≥ %.2f×: %s)", throughputTarget, bench.Verdict(tg.rps.med >= throughputTarget*nl.rps.med))
+		}
+		p50 := row("p50 latency", tg.p50, nl.p50, dur)
+		if c == 1 {
+			p50.Target += fmt.Sprintf(" (target ≤ %.2f×: %s)", latencyTarget, bench.Verdict(tg.p50.med <= latencyTarget*nl.p50.med))
+		}
+		r.report.Add(tput)
+		r.report.Add(p50)
+		r.report.Add(row("p99 latency", tg.p99, nl.p99, dur))
+		r.report.Add(row("server CPU per request", tg.cpu, nl.cpu, dur))
+		if tg.errs+nl.errs > 0 {
+			r.report.Add(bench.Row{Section: section, Case: cs, Measure: "requests not answered 200",
+				Value: strconv.Itoa(tg.errs), Baseline: strconv.Itoa(nl.errs), Target: "first: " + tg.first + nl.first})
+		}
+	}
+}

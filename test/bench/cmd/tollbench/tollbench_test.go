@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/test/bench"
+)
+
+func TestRunDispatch(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), []string{"help"}, &out, &errb); err != nil || !strings.Contains(out.String(), "tollbench [run]") {
+		t.Errorf("help: %v, output %q", err, out.String())
+	}
+	if err := run(context.Background(), []string{"nope"}, &out, &errb); !errors.Is(err, errUsage) {
+		t.Errorf("unknown command: %v, want errUsage", err)
+	}
+	for _, args := range [][]string{
+		{"run", "-skip", "everything"},
+		{"run", "-concurrency", "1,x"},
+		{"run", "-rounds", "0"},
+		{"load"},
+		{"hold", "--ext", "127.0.0.1:1"},
+		{"serve"},
+	} {
+		if err := run(context.Background(), args, &out, &errb); err == nil {
+			t.Errorf("%q was accepted", args)
+		}
+	}
+}
+
+func TestWorkerSubcommandServesUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var errb syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"worker"}, nil, &errb) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(errb.String(), `"msg":"serving"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no serving line: %q", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m, ok := servingAddrs(strings.TrimSpace(errb.String()))
+	if !ok || !strings.HasPrefix(m["http"], "127.0.0.1:") {
+		t.Fatalf("serving line %q gave %v", errb.String(), m)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("worker did not stop")
+	}
+}
+
+func TestStartChild(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	c, err := startChild(context.Background(), "fake", dir, []string{"sh", "-c",
+		`echo 'not json' >&2; echo '{"msg":"serving","grpc":"127.0.0.1:1"}' >&2; exec sleep 30`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := c.addr("grpc"); err != nil || a != "127.0.0.1:1" {
+		t.Errorf("addr = %q, %v", a, err)
+	}
+	if _, err := c.addr("metrics"); err == nil {
+		t.Error("an address that was not logged")
+	}
+	if err := c.stop(); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	if _, err := startChild(context.Background(), "dies", dir, []string{"sh", "-c", "echo boom >&2; exit 3"}); err == nil ||
+		!strings.Contains(err.Error(), "boom") {
+		t.Errorf("a child that exits: %v, want an error quoting its log", err)
+	}
+}
+
+func TestPackageOf(t *testing.T) {
+	for fn, want := range map[string]string{
+		"google.golang.org/grpc/internal/transport.(*http2Server).operateHeaders": "google.golang.org/grpc/internal/transport",
+		"runtime.mallocgc": "runtime",
+		"github.com/tollgate/tollgate/extproc.(*exchange).message": "github.com/tollgate/tollgate/extproc",
+		"encoding/json.checkValid":                                 "encoding/json",
+		"[unknown]":                                                "[unknown]",
+	} {
+		if got := packageOf(fn); got != want {
+			t.Errorf("packageOf(%q) = %q, want %q", fn, got, want)
+		}
+	}
+	got := byPackage([]topEntry{{10, "runtime.a"}, {5, "runtime.b"}, {20, "a/b.c"}, {1, "x.y"}})
+	if got != "a/b 20.0%, runtime 15.0%, x 1.0%" {
+		t.Errorf("byPackage = %q", got)
+	}
+}
+
+func TestE2ERowsTargets(t *testing.T) {
+	r := &runner{o: options{conc: []int{1, 64}, rounds: 1}, report: &bench.Report{}}
+	res := func(c int, rps float64, p50 time.Duration) bench.LoadResult {
+		return bench.LoadResult{Mode: bench.ModeBuffered, Concurrency: c, RPS: rps, TotalP50: p50, TotalP99: 2 * p50}
+	}
+	r.e2eRows(bench.ModeBuffered, []e2eRun{
+		{Server: serverNull, Result: res(1, 500, time.Millisecond), CPUPerRequest: 100 * time.Microsecond},
+		{Server: serverTollgate, Result: res(1, 400, 1400*time.Microsecond), CPUPerRequest: 150 * time.Microsecond},
+		{Server: serverNull, Result: res(64, 1000, 50*time.Millisecond)},
+		{Server: serverTollgate, Result: res(64, 900, 60*time.Millisecond)},
+	})
+	var b strings.Builder
+	if err := r.report.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"1.40× (target ≤ 1.30×: MISSED)",
+		"0.90× (target ≥ 0.80×: met)",
+		"1.00 ms (1.00 ms–1.00 ms)",
+		"150.0 µs (150.0 µs–150.0 µs)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestActivities(t *testing.T) {
+	got := activities(map[string]float64{
+		"runtime.selectgo": 9.5,
+		"github.com/tollgate/tollgate/extproc/openai.Parse": 4,
+		"unlisted.function": 50,
+	})
+	if got != "openai.Parse 4.0%, select 9.5%" {
+		t.Errorf("activities = %q", got)
+	}
+	if funcName([]string{"a/b.F", "(inline)"}) != "a/b.F" {
+		t.Error("funcName kept the inline marker")
+	}
+}
+
+func TestIntList(t *testing.T) {
+	if got, err := intList("1, 16,64"); err != nil || len(got) != 3 || got[2] != 64 {
+		t.Errorf("intList = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "0", "-1", "a"} {
+		if _, err := intList(bad); err == nil {
+			t.Errorf("intList(%q) accepted", bad)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// Upstream is the model server of the end-to-end benchmarks, as cheap as an
+// HTTP server can be so that the ext_proc path dominates: it reads the
+// request body and answers every POST at once with one fixed one-token
+// completion whose usage reports a prompt of body length / 4 tokens. GET
+// requests get a one-model list.
+//
+// For the held-request benchmark it has a gate, driven over HTTP:
+// POST /bench/hold?n=N parks the next N requests (after reading their
+// bodies, before answering), GET /bench/parked returns {"parked":P}, and
+// POST /bench/release answers every parked request and stops parking.
+//
+// An Upstream is an http.Handler and is safe for concurrent use.
+type Upstream struct {
+	requests atomic.Uint64
+
+	// mu guards the gate.
+	mu       sync.Mutex
+	holdLeft int
+	parked   int
+	release  chan struct{} // closed by Release; replaced by Hold
+}
+
+// NewUpstream returns an Upstream that parks nothing.
+func NewUpstream() *Upstream { return &Upstream{release: make(chan struct{})} }
+
+// Requests returns the number of completions answered or parked so far.
+func (u *Upstream) Requests() uint64 { return u.requests.Load() }
+
+// Hold makes the next n requests park until Release.
+func (u *Upstream) Hold(n int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	select {
+	case <-u.release: // released before: parked requests kept the old channel
+		u.release = make(chan struct{})
+	default:
+	}
+	u.holdLeft += n
+}
+
+// Parked returns the number of requests parked now.
+func (u *Upstream) Parked() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.parked
+}
+
+// Release answers every parked request and cancels the rest of any Hold.
+func (u *Upstream) Release() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.holdLeft = 0
+	select {
+	case <-u.release:
+	default:
+		close(u.release)
+	}
+}
+
+// park blocks the request if the gate holds it; it returns false when the
+// client went away first.
+func (u *Upstream) park(r *http.Request) bool {
+	u.mu.Lock()
+	if u.holdLeft == 0 {
+		u.mu.Unlock()
+		return true
+	}
+	u.holdLeft--
+	u.parked++
+	release := u.release
+	u.mu.Unlock()
+	defer func() {
+		u.mu.Lock()
+		u.parked--
+		u.mu.Unlock()
+	}()
+	select {
+	case <-release:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+// ServeHTTP implements http.Handler.
+func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/bench/hold" && r.Method == http.MethodPost:
+		n, err := strconv.Atoi(r.URL.Query().Get("n"))
+		if err != nil || n < 0 {
+			http.Error(w, "n must be a non-negative integer", http.StatusBadRequest)
+			return
+		}
+		u.Hold(n)
+	case r.URL.Path == "/bench/release" && r.Method == http.MethodPost:
+		u.Release()
+	case r.URL.Path == "/bench/parked":
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]int{"parked": u.Parked()})
+	case r.Method == http.MethodPost:
+		u.complete(w, r)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"`+BenchModel+`","object":"model"}]}`)
+	}
+}
+
+// complete answers one completion.
+func (u *Upstream) complete(w http.ResponseWriter, r *http.Request) {
+	n, err := io.Copy(io.Discard, r.Body)
+	if err != nil {
+		http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	u.requests.Add(1)
+	if !u.park(r) {
+		return
+	}
+	prompt := max(n/4, 1)
+	body := fmt.Sprintf(`{"id":"cmpl-bench","object":"text_completion","created":0,"model":"%s",`+
+		`"choices":[{"index":0,"text":" the","logprobs":null,"finish_reason":"length"}],`+
+		`"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d}}`, BenchModel, prompt, prompt+1)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = io.WriteString(w, body)
+}
