@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tollgate/tollgate/sched"
 )
@@ -107,6 +108,9 @@ func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metr
 			Help: "Queued requests answered with a queue timeout because Envoy's message timer would have fired first.",
 		}),
 	}
+	// The Go runtime and process collectors expose goroutines, memory
+	// and CPU, which held-request sizing depends on.
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.smgQueueWait, m.clamp, m.unknownPriority, m.decisionLatency, m.admission,
 		m.queueWait, m.costError, m.cachedError, m.rejections, m.budgetExpired, newStatsCollector(stats))
 	return m

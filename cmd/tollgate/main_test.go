@@ -147,10 +147,13 @@ func TestServe_ReadyThenDrains(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not come up")
 	}
-	for path, want := range map[string]string{"/readyz": "ready", "/healthz": "ok", "/metrics": "smg_scheduler_utilization"} {
-		body := httpGet(t, "http://"+metrics+path)
-		if !strings.Contains(body, want) {
-			t.Errorf("%s: %q lacks %q", path, body, want)
+	for _, c := range []struct{ path, want string }{
+		{"/readyz", "ready"}, {"/healthz", "ok"},
+		{"/metrics", "smg_scheduler_utilization"}, {"/metrics", "go_goroutines"}, {"/metrics", "process_resident_memory_bytes"},
+	} {
+		body := httpGet(t, "http://"+metrics+c.path)
+		if !strings.Contains(body, c.want) {
+			t.Errorf("%s lacks %q", c.path, c.want)
 		}
 	}
 	cancel()
