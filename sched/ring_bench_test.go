@@ -11,7 +11,7 @@ import (
 func BenchmarkRing_PushPop(b *testing.B) {
 	for _, nc := range []int{1, 8, 64} {
 		for _, lanes := range []int{0, 100, 10_000} {
-			for _, ratio := range []uint64{1, 1_000_000} {
+			for _, ratio := range []uint64{1, 1_000, 1_000_000} {
 				b.Run(fmt.Sprintf("classes=%d/lanes=%d/ratio=%d", nc, lanes, ratio), func(b *testing.B) {
 					benchPushPop(b, nc, lanes, ratio)
 				})

@@ -46,10 +46,10 @@ func (r *runner) schedPhase(ctx context.Context) error {
 		for _, l := range schedLanes {
 			cs := fmt.Sprintf("C=%d classes, L=%s lanes", c, bench.FormatCount(float64(l)))
 			var cells []string
-			for _, ratio := range []string{"1", "1000000"} {
+			for _, ratio := range []string{"1", "1000", "1000000"} {
 				cells = append(cells, nsAllocs(run, fmt.Sprintf("%s/classes=%d/lanes=%d/ratio=%s", ringBench, c, l, ratio)))
 			}
-			add(cs, "ring enqueue+dispatch, cost/quantum 1 ; 1e6", strings.Join(cells, " ; "))
+			add(cs, "ring enqueue+dispatch, cost/quantum 1 ; 1e3 ; 1e6", strings.Join(cells, " ; "))
 		}
 	}
 	for _, c := range schedClasses {
