@@ -85,8 +85,8 @@ func (r *runner) heldPhase(ctx context.Context) (err error) {
 		"and tollgate's --envoy-message-timeout are %s here so that a starved CPU while streams open does not end requests "+
 		"with 504 before they are queued. RSS is VmRSS of the tollgate process with all N queued minus VmRSS after a "+
 		"512-request warm-up; the drain runs from the release until every response arrived. A fresh tollgate per size; "+
-		"tollgate's /metrics has no go_goroutines, so goroutines (and the stack/heap split) come from the same run against "+
-		"the harness build of the server code (tollbench serve), which serves /debug/pprof/.",
+		"goroutines come from tollgate's go_goroutines; the stack/heap split comes from the same run against the harness "+
+		"build of the server code (tollbench serve), which serves /debug/pprof/.",
 		r.o.running, r.o.running, heldMessageTimeout)
 	data, err := json.MarshalIndent(runs, "", "  ")
 	if err != nil {
