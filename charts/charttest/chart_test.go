@@ -22,7 +22,16 @@ config:
   workers:
   - {id: w0, address: "10.0.0.5:8000", max_running_requests: 128, model: llama}
   - {id: w1, address: "10.0.0.6:8000", max_running_requests: 128, dp_size: 2, dp_start_rank: 0}
-  routerPolicy:
+` + samplePolicies
+
+// discoveryConfig is sampleConfig without the workers, for the modes that
+// discover them.
+const discoveryConfig = `
+config:
+` + samplePolicies
+
+// samplePolicies are the policy and priority files, under config.
+const samplePolicies = `  routerPolicy:
     default_policy_family: regular
     uncached_isl_buckets:
     - {min_tokens: 0, bucket: all}
@@ -42,6 +51,32 @@ var scenarios = map[string]string{
 	"default":      ``,
 	"istio":        sampleConfig + "integration: istio\n",
 	"envoyGateway": sampleConfig + "integration: envoyGateway\n",
+	// The discovery modes; leader election starts with replicas.
+	"kubernetesService": discoveryConfig + `
+discovery:
+  mode: kubernetes
+  kubernetes: {service: vllm, port: http}
+  defaults: {maxRunningRequests: 256, maxNumBatchedTokens: 8192, dpSize: 2, model: llama}
+  debounce: 500ms
+`,
+	"kubernetesSelector": discoveryConfig + `
+integration: istio
+discovery:
+  mode: kubernetes
+  kubernetes: {selector: "app=vllm,tier in (gpu)", namespace: models, port: 8000}
+`,
+	"inferencePool": discoveryConfig + `
+replicaCount: 2
+discovery:
+  mode: inferencepool
+  inferencePool: {name: vllm-llama}
+  defaults: {maxRunningRequests: 64}
+`,
+	"leaderElection": sampleConfig + `
+integration: envoyGateway
+replicaCount: 3
+leaderElection: {leaseDuration: 20s, renewDeadline: 15s, retryPeriod: 3s}
+`,
 	"everything": sampleConfig + `
 integration: istio
 serviceMonitor: {enabled: true, labels: {release: prom}}
@@ -78,6 +113,10 @@ func TestRenderKinds(t *testing.T) {
 		{"istio", []string{"ConfigMap", "Deployment", "EnvoyFilter", "Service", "ServiceAccount"}},
 		{"envoyGateway", []string{"BackendTrafficPolicy", "ClientTrafficPolicy", "ConfigMap", "Deployment", "EnvoyExtensionPolicy", "Service", "ServiceAccount"}},
 		{"everything", []string{"ConfigMap", "ConfigMap", "Deployment", "EnvoyFilter", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
+		{"kubernetesService", []string{"ConfigMap", "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+		{"kubernetesSelector", []string{"ConfigMap", "Deployment", "EnvoyFilter", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+		{"inferencePool", []string{"ConfigMap", "Deployment", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"}},
+		{"leaderElection", []string{"BackendTrafficPolicy", "ClientTrafficPolicy", "ConfigMap", "Deployment", "EnvoyExtensionPolicy", "Role", "RoleBinding", "Service", "ServiceAccount"}},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			r := mustRender(t, values(t, scenarios[tc.scenario]))
@@ -132,6 +171,7 @@ func TestDeployment(t *testing.T) {
 	want := map[string]string{
 		"grpc-addr":                            ":9002",
 		"metrics-addr":                         ":9090",
+		"discovery":                            "static",
 		"workers":                              "/etc/tollgate/config/workers.yaml",
 		"router-policy-config":                 "/etc/tollgate/config/router-policy.yaml",
 		"priority-scheduler-enabled":           "",

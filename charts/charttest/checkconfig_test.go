@@ -1,18 +1,23 @@
 package charttest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // checkConfigScenario is the richest value set whose files a test can
 // materialise: every config file, tenant keys and an integration. (TLS
 // needs certificates from a Secret, which a render does not contain.)
-const checkConfigScenario = sampleConfig + `
-integration: istio
+const checkConfigScenario = sampleConfig + "integration: istio\n" + checkConfigTenants
+
+// checkConfigTenants are tenant keys the scenarios add.
+const checkConfigTenants = `
 tenants:
   apiKeys:
   - {id: team-a, key: s3cret-a}
@@ -20,8 +25,11 @@ tenants:
 `
 
 // TestRenderedConfigPassesCheckConfig runs the real `tollgate check-config`
-// on the files and arguments the chart renders, and on a broken variant
-// that it must reject.
+// on the files and arguments the chart renders, for every worker source and
+// with leader election, and on broken variants that it must reject. It runs
+// outside any cluster, with no kubeconfig and no in-cluster environment:
+// check-config validates the discovery and leader election flags without
+// contacting the API.
 func TestRenderedConfigPassesCheckConfig(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the tollgate binary")
@@ -32,31 +40,59 @@ func TestRenderedConfigPassesCheckConfig(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 
-	t.Run("rendered values pass", func(t *testing.T) {
-		args := materialise(t, mustRender(t, values(t, checkConfigScenario)))
-		out, err := exec.CommandContext(t.Context(), bin, append([]string{"check-config"}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("tollgate check-config %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		if !strings.Contains(string(out), "configuration ok") {
-			t.Fatalf("unexpected output: %s", out)
-		}
-	})
+	checkConfig := func(t *testing.T, doc string) (string, error) {
+		t.Helper()
+		args := materialise(t, mustRender(t, values(t, doc)))
+		cmd := exec.CommandContext(t.Context(), bin, append([]string{"check-config"}, args...)...)
+		cmd.Env = outsideCluster()
+		out, err := cmd.CombinedOutput()
+		return fmt.Sprintf("tollgate check-config %s\n%s", strings.Join(args, " "), out), err
+	}
+	for _, name := range []string{"static", "kubernetesService", "kubernetesSelector", "inferencePool", "leaderElection"} {
+		t.Run(name+" passes", func(t *testing.T) {
+			doc := checkConfigScenario
+			if name != "static" {
+				doc = scenarios[name] + checkConfigTenants
+			}
+			out, err := checkConfig(t, doc)
+			if err != nil || !strings.Contains(out, "configuration ok") {
+				t.Fatalf("%v\n%s", err, out)
+			}
+		})
+	}
 	// Each broken value passes the chart's schema; only tollgate's own
 	// checks catch it.
-	for name, tc := range map[string]struct{ old, new, want string }{
-		"zero quantum":        {"quantum: 512", "quantum: 0", `policy class "premium" quantum must be greater than zero`},
-		"too little capacity": {"max_running_requests: 128", "max_running_requests: 50", "sum of class reservations (142) exceeds capacity (100)"},
+	for name, tc := range map[string]struct{ doc, old, new, want string }{
+		"zero quantum":          {checkConfigScenario, "quantum: 512", "quantum: 0", `policy class "premium" quantum must be greater than zero`},
+		"too little capacity":   {checkConfigScenario, "max_running_requests: 128", "max_running_requests: 50", "sum of class reservations (142) exceeds capacity (100)"},
+		"bad selector":          {scenarios["kubernetesSelector"], "app=vllm,tier in (gpu)", "app in ((", `--k8s-selector: kube: label selector "app in ((": unable to parse requirement`},
+		"lease not above renew": {scenarios["leaderElection"], "leaseDuration: 20s", "leaseDuration: 15s", "lease duration 15s must exceed the renew deadline 15s"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			broken := strings.ReplaceAll(checkConfigScenario, tc.old, tc.new)
-			args := materialise(t, mustRender(t, values(t, broken)))
-			out, err := exec.CommandContext(t.Context(), bin, append([]string{"check-config"}, args...)...).CombinedOutput()
-			if err == nil || !strings.Contains(string(out), tc.want) {
+			broken := strings.ReplaceAll(tc.doc, tc.old, tc.new)
+			if broken == tc.doc {
+				t.Fatalf("%q is not in the scenario", tc.old)
+			}
+			out, err := checkConfig(t, broken)
+			if err == nil || !strings.Contains(out, tc.want) {
 				t.Errorf("check-config output lacks %q (err %v):\n%s", tc.want, err, out)
 			}
 		})
 	}
+}
+
+// outsideCluster is the test's environment without anything that would
+// let a Kubernetes client find a cluster or tollgate its namespace.
+func outsideCluster() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "KUBECONFIG" || name == "POD_NAMESPACE" || name == "POD_NAME" || strings.HasPrefix(name, "KUBERNETES_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
 }
 
 // materialise writes the rendered configuration files and tenant keys to a
@@ -84,9 +120,41 @@ func materialise(t *testing.T, r *rendered) []string {
 	}
 	_, c := r.deployment(t)
 	out := make([]string, 0, len(c.Args))
-	for _, a := range c.Args {
+	for _, a := range expandEnv(t, c, "tollgate-5d4f8b7c9-x2x7q", namespace) {
 		a = strings.ReplaceAll(a, "/etc/tollgate/config", dir)
 		a = strings.ReplaceAll(a, "/etc/tollgate/tenants", dir)
+		out = append(out, a)
+	}
+	return out
+}
+
+// expandEnv returns c's arguments with $(VAR) references to its
+// downward-API variables expanded as the kubelet would, for a pod named pod
+// in namespace ns. A reference to any other variable fails the test.
+func expandEnv(t *testing.T, c *corev1.Container, pod, ns string) []string {
+	t.Helper()
+	var pairs []string
+	for _, e := range c.Env {
+		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+			pairs = append(pairs, "$("+e.Name+")", e.Value)
+			continue
+		}
+		switch e.ValueFrom.FieldRef.FieldPath {
+		case "metadata.name":
+			pairs = append(pairs, "$("+e.Name+")", pod)
+		case "metadata.namespace":
+			pairs = append(pairs, "$("+e.Name+")", ns)
+		default:
+			t.Fatalf("env %s: unexpected field %s", e.Name, e.ValueFrom.FieldRef.FieldPath)
+		}
+	}
+	r := strings.NewReplacer(pairs...)
+	out := make([]string, 0, len(c.Args))
+	for _, a := range c.Args {
+		a = r.Replace(a)
+		if strings.Contains(a, "$(") {
+			t.Fatalf("argument %q refers to a variable the container does not define", a)
+		}
 		out = append(out, a)
 	}
 	return out

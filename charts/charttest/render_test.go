@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate/tollgate/envoy"
@@ -54,13 +55,19 @@ func values(t *testing.T, doc string) map[string]any {
 	return v.AsMap()
 }
 
-// renderChart renders the chart as an install would, schema validation
-// included, and returns the manifests by template path.
+// renderChart renders the chart as an install into namespace would, schema
+// validation included, and returns the manifests by template path.
 func renderChart(t *testing.T, override map[string]any) (map[string]string, error) {
+	t.Helper()
+	return renderChartIn(t, namespace, override)
+}
+
+// renderChartIn is renderChart with the release in namespace ns.
+func renderChartIn(t *testing.T, ns string, override map[string]any) (map[string]string, error) {
 	t.Helper()
 	c := loadChart(t)
 	vals, err := chartutil.ToRenderValues(c, override,
-		chartutil.ReleaseOptions{Name: releaseName, Namespace: namespace, IsInstall: true, Revision: 1},
+		chartutil.ReleaseOptions{Name: releaseName, Namespace: ns, IsInstall: true, Revision: 1},
 		chartutil.DefaultCapabilities)
 	if err != nil {
 		return nil, err
@@ -76,6 +83,8 @@ type rendered struct {
 	secrets         []*corev1.Secret
 	serviceAccounts []*corev1.ServiceAccount
 	pdbs            []*policyv1.PodDisruptionBudget
+	roles           []*rbacv1.Role
+	roleBindings    []*rbacv1.RoleBinding
 	serviceMonitors []*monitoringv1.ServiceMonitor
 	envoyFilters    []*istioclient.EnvoyFilter
 	gateway         envoy.GatewayPolicies
@@ -85,7 +94,13 @@ type rendered struct {
 // mustRender renders override and decodes every object strictly.
 func mustRender(t *testing.T, override map[string]any) *rendered {
 	t.Helper()
-	files, err := renderChart(t, override)
+	return mustRenderIn(t, namespace, override)
+}
+
+// mustRenderIn is mustRender with the release in namespace ns.
+func mustRenderIn(t *testing.T, ns string, override map[string]any) *rendered {
+	t.Helper()
+	files, err := renderChartIn(t, ns, override)
 	if err != nil {
 		t.Fatalf("render: %v", err)
 	}
@@ -136,6 +151,10 @@ func (r *rendered) decode(doc []byte) error {
 		return strict(doc, &r.serviceAccounts)
 	case "policy/v1 PodDisruptionBudget":
 		return strict(doc, &r.pdbs)
+	case "rbac.authorization.k8s.io/v1 Role":
+		return strict(doc, &r.roles)
+	case "rbac.authorization.k8s.io/v1 RoleBinding":
+		return strict(doc, &r.roleBindings)
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return strict(doc, &r.serviceMonitors)
 	case "networking.istio.io/v1alpha3 EnvoyFilter":

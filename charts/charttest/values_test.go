@@ -26,6 +26,24 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"priority class", "config: {priorityScheduler: {defaultMaxClass: gold}}\n", "defaultMaxClass"},
 		{"log level", "logLevel: verbose\n", "logLevel"},
 		{"buffer quantity", "envoyGateway: {clientTrafficPolicy: {bufferLimit: 8 MiB}}\n", "bufferLimit"},
+		{"discovery mode", "discovery: {mode: dns}\n", "/discovery/mode"},
+		{"discovery unknown key", "discovery: {kubernetes: {labels: app=vllm}}\n", "labels"},
+		{"debounce not a duration", "discovery: {debounce: soon}\n", "/discovery/debounce"},
+		{"debounce zero", "discovery: {debounce: 0ms}\n", "/discovery/debounce"},
+		{"service with a namespace", "discovery: {kubernetes: {service: models/vllm}}\n", "/discovery/kubernetes/service"},
+		{"worker namespace", "discovery: {kubernetes: {namespace: Models}}\n", "/discovery/kubernetes/namespace"},
+		{"worker port range", "discovery: {kubernetes: {port: 70000}}\n", "/discovery/kubernetes/port"},
+		{"worker port name", "discovery: {kubernetes: {port: HTTP_1}}\n", "/discovery/kubernetes/port"},
+		{"pool name", "discovery: {inferencePool: {name: Pool_1}}\n", "/discovery/inferencePool/name"},
+		{"default dp size", "discovery: {defaults: {dpSize: 2048}}\n", "/discovery/defaults/dpSize"},
+		{"default slots negative", "discovery: {defaults: {maxRunningRequests: -1}}\n", "/discovery/defaults/maxRunningRequests"},
+		{"default model whitespace", "discovery: {defaults: {model: \" llama\"}}\n", "/discovery/defaults/model"},
+		{"fractional lease seconds", "leaderElection: {leaseDuration: 1.5s}\n", "/leaderElection/leaseDuration"},
+		{"lease in milliseconds", "leaderElection: {retryPeriod: 1500ms}\n", "/leaderElection/retryPeriod"},
+		{"lease zero", "leaderElection: {renewDeadline: 0s}\n", "/leaderElection/renewDeadline"},
+		{"leader election switch", "leaderElection: {enabled: \"yes\"}\n", "/leaderElection/enabled"},
+		{"lease name", "leaderElection: {leaseName: Tollgate}\n", "/leaderElection/leaseName"},
+		{"rbac unknown key", "rbac: {createRoles: true}\n", "createRoles"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := renderChart(t, values(t, tc.doc))
@@ -45,6 +63,12 @@ func TestTemplatesRejectBadValues(t *testing.T) {
 	}{
 		{"grace period too short", "terminationGracePeriodSeconds: 35\n", "must exceed shutdown.drainDelaySeconds + shutdown.timeoutSeconds"},
 		{"TLS without a secret", "grpcTLS: {enabled: true}\n", "grpcTLS.secretName is required"},
+		{"kubernetes without a source", "discovery: {mode: kubernetes}\n", "discovery.mode kubernetes needs discovery.kubernetes.service"},
+		{"kubernetes with two sources", "discovery: {mode: kubernetes, kubernetes: {service: vllm, selector: app=vllm}}\n", "discovery.kubernetes.service and discovery.kubernetes.selector are exclusive"},
+		{"inferencepool without a pool", "discovery: {mode: inferencepool}\n", "discovery.mode inferencepool needs discovery.inferencePool.name"},
+		{"inferencepool with an Envoy integration", "integration: istio\ndiscovery: {mode: inferencepool, inferencePool: {name: p}}\n", "discovery.mode inferencepool needs integration: none, not istio"},
+		{"workers with discovery", "config: {workers: [{id: w0, address: \"10.0.0.5:8000\"}]}\ndiscovery: {mode: kubernetes, kubernetes: {service: vllm}}\n", "config.workers lists workers but discovery.mode is kubernetes"},
+		{"budget with leader election", "replicaCount: 2\npodDisruptionBudget: {enabled: true}\n", "podDisruptionBudget.enabled does not go with leader election"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := renderChart(t, values(t, tc.doc))

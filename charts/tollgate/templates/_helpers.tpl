@@ -79,3 +79,68 @@ max_message_timeout, so there the one messageTimeout carries the budget.
 {{- .Values.terminationGracePeriodSeconds }}
 {{- end }}
 {{- end }}
+
+{{/*
+"true" when leader election runs: leaderElection.enabled, or, left null, more
+than one replica. Replicas with it explicitly off fail the render: tollgate
+runs active-passive only.
+*/}}
+{{- define "tollgate.leaderElect" -}}
+{{- $le := .Values.leaderElection }}
+{{- $set := and (hasKey $le "enabled") (kindIs "bool" $le.enabled) }}
+{{- $replicas := int .Values.replicaCount }}
+{{- if and $set (not $le.enabled) (gt $replicas 1) }}
+{{- fail (printf "replicaCount is %d but leaderElection.enabled is false: tollgate replicas cannot run active-active (the SMG slot pool and the DRR state have a single owner); leave leaderElection.enabled unset or true, or set replicaCount to 1" $replicas) }}
+{{- else if or (and $set $le.enabled) (and (not $set) (gt $replicas 1)) }}true
+{{- end }}
+{{- end }}
+
+{{/* The leader election Lease's name. */}}
+{{- define "tollgate.leaseName" -}}
+{{- default (include "tollgate.fullname" .) .Values.leaderElection.leaseName }}
+{{- end }}
+
+{{/* "true" when the pods talk to the Kubernetes API. */}}
+{{- define "tollgate.kubeAPI" -}}
+{{- if or (ne .Values.discovery.mode "static") (include "tollgate.leaderElect" .) }}true{{ end }}
+{{- end }}
+
+{{/* Namespace of the workers tollgate discovers: the pods and what selects them. */}}
+{{- define "tollgate.workerNamespace" -}}
+{{- if eq .Values.discovery.mode "kubernetes" }}
+{{- default .Release.Namespace .Values.discovery.kubernetes.namespace }}
+{{- else }}
+{{- .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/*
+Checks the combinations of values the schema cannot express; renders
+nothing.
+*/}}
+{{- define "tollgate.validate" -}}
+{{- $d := .Values.discovery }}
+{{- if ne $d.mode "static" }}
+{{- if .Values.config.workers }}
+{{- fail (printf "config.workers lists workers but discovery.mode is %s, which finds them itself; empty config.workers or set discovery.mode: static" $d.mode) }}
+{{- end }}
+{{- end }}
+{{- if eq $d.mode "kubernetes" }}
+{{- if and $d.kubernetes.service $d.kubernetes.selector }}
+{{- fail "discovery.kubernetes.service and discovery.kubernetes.selector are exclusive; set one" }}
+{{- else if not (or $d.kubernetes.service $d.kubernetes.selector) }}
+{{- fail "discovery.mode kubernetes needs discovery.kubernetes.service (a Service name) or discovery.kubernetes.selector (an EndpointSlice label selector)" }}
+{{- end }}
+{{- end }}
+{{- if eq $d.mode "inferencepool" }}
+{{- if not $d.inferencePool.name }}
+{{- fail "discovery.mode inferencepool needs discovery.inferencePool.name, the InferencePool in the release namespace" }}
+{{- end }}
+{{- if ne .Values.integration "none" }}
+{{- fail (printf "discovery.mode inferencepool needs integration: none, not %s: the gateway calls tollgate as the pool's endpoint picker, so a second ext_proc filter would admit every request twice" .Values.integration) }}
+{{- end }}
+{{- end }}
+{{- if and (include "tollgate.leaderElect" .) .Values.podDisruptionBudget.enabled }}
+{{- fail "podDisruptionBudget.enabled does not go with leader election: only the leader is ready, so a budget would block its eviction (and every node drain) forever" }}
+{{- end }}
+{{- end }}
