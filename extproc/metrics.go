@@ -16,7 +16,7 @@ import (
 // explicit buckets here; upstream's exporter renders it as a summary.
 var (
 	queueWaitBuckets       = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
-	decisionLatencyBuckets = prometheus.ExponentialBuckets(1e-5, 4, 9) // 10 µs … 0.66 s
+	decisionLatencyBuckets = prometheus.ExponentialBuckets(1e-5, 2, 17) // 10 µs … 0.66 s
 	errorRatioBuckets      = []float64{-1, -0.5, -0.25, -0.1, -0.05, -0.01, 0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2}
 )
 

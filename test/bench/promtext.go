@@ -2,7 +2,10 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -101,4 +104,49 @@ func SumSamples(samples []Sample, name string) (sum float64, found bool) {
 		}
 	}
 	return sum, found
+}
+
+// HistogramQuantile estimates quantile q (0..1) of the observations a
+// Prometheus histogram named name gained between two scrapes, by linear
+// interpolation inside the bucket that holds it, as PromQL's
+// histogram_quantile does. It reports false when no observation was added.
+func HistogramQuantile(before, after []Sample, name string, q float64) (float64, bool) {
+	type bucket struct{ le, count float64 }
+	counts := func(samples []Sample) map[float64]float64 {
+		m := map[float64]float64{}
+		for _, s := range samples {
+			if s.Name != name+"_bucket" {
+				continue
+			}
+			le, err := strconv.ParseFloat(s.Labels["le"], 64)
+			if err == nil {
+				m[le] += s.Value
+			}
+		}
+		return m
+	}
+	b0, b1 := counts(before), counts(after)
+	var bs []bucket
+	for le, c := range b1 {
+		bs = append(bs, bucket{le, c - b0[le]})
+	}
+	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	if len(bs) == 0 || bs[len(bs)-1].count <= 0 {
+		return 0, false
+	}
+	rank := q * bs[len(bs)-1].count
+	lower, below := 0.0, 0.0
+	for _, b := range bs {
+		if b.count >= rank {
+			if math.IsInf(b.le, 1) {
+				return lower, true // beyond the last finite bound
+			}
+			if b.count == below {
+				return b.le, true
+			}
+			return lower + (b.le-lower)*(rank-below)/(b.count-below), true
+		}
+		lower, below = b.le, b.count
+	}
+	return lower, true
 }

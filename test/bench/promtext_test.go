@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -51,5 +52,41 @@ func TestParsePromTextErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "line 1") {
 			t.Errorf("%q: error %v, want one naming line 1", text, err)
 		}
+	}
+}
+
+func TestHistogramQuantile(t *testing.T) {
+	parse := func(text string) []Sample {
+		t.Helper()
+		s, err := ParsePromText(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := parse(`h_bucket{le="0.001"} 10
+h_bucket{le="0.002"} 10
+h_bucket{le="0.004"} 10
+h_bucket{le="+Inf"} 10
+`)
+	// 100 new observations: 50 in (0, 1ms], 40 in (1ms, 2ms], 9 in (2ms, 4ms], 1 above.
+	after := parse(`h_bucket{le="0.001"} 60
+h_bucket{le="0.002"} 100
+h_bucket{le="0.004"} 109
+h_bucket{le="+Inf"} 110
+`)
+	for _, tc := range []struct{ q, want float64 }{
+		{0.5, 0.001},  // rank 50: the top of the first bucket
+		{0.7, 0.0015}, // rank 70: halfway through (1ms, 2ms]
+		{0.99, 0.004}, // rank 99: the top of (2ms, 4ms]
+		{1, 0.004},    // beyond the last finite bound: its value
+	} {
+		got, ok := HistogramQuantile(before, after, "h", tc.q)
+		if !ok || math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("q%.2f = %v, %v; want %v", tc.q, got, ok, tc.want)
+		}
+	}
+	if _, ok := HistogramQuantile(after, after, "h", 0.5); ok {
+		t.Error("no new observations must report false")
 	}
 }

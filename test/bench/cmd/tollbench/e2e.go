@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,6 +30,32 @@ type e2eRun struct {
 	// CPUPerRequest is the server process's CPU time while the load ran
 	// (warm-up included) over every request it completed.
 	CPUPerRequest time.Duration `json:"server_cpu_per_request_ns"`
+	// DecisionP50 and DecisionP99 are tollgate's own scheduler decision
+	// latency (tollgate_decision_latency_seconds, bucket-interpolated) over
+	// this run, warm-up included; zero for the null server.
+	DecisionP50 time.Duration `json:"decision_p50_ns,omitempty"`
+	DecisionP99 time.Duration `json:"decision_p99_ns,omitempty"`
+}
+
+// decisionMetric is tollgate's histogram of scheduler decision latency.
+const decisionMetric = "tollgate_decision_latency_seconds"
+
+// scrape fetches and parses a server's /metrics.
+func scrape(ctx context.Context, metricsAddr string) ([]bench.Sample, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metricsAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	return bench.ParsePromText(string(body))
 }
 
 // stack is the processes of the end-to-end phase.
@@ -126,6 +154,10 @@ func (r *runner) e2ePhase(ctx context.Context) (err error) {
 		}
 		pids[name] = c.pid()
 	}
+	metricsAddr, err := s.tollgate.addr("metrics")
+	if err != nil {
+		return err
+	}
 	all := map[bench.Mode][]e2eRun{}
 	for _, m := range []bench.Mode{bench.ModeBuffered, bench.ModeDuplex} {
 		for round := 1; round <= r.o.rounds; round++ {
@@ -140,6 +172,12 @@ func (r *runner) e2ePhase(ctx context.Context) (err error) {
 					if err != nil {
 						return err
 					}
+					var before []bench.Sample
+					if srv == serverTollgate {
+						if before, err = scrape(ctx, metricsAddr); err != nil {
+							return err
+						}
+					}
 					res, err := r.load(ctx, name, addrs[srv], m, c, r.o.warmup, r.o.duration)
 					if err != nil {
 						return err
@@ -151,6 +189,16 @@ func (r *runner) e2ePhase(ctx context.Context) (err error) {
 					run := e2eRun{Server: srv, Round: round, Result: *res}
 					if res.Completed > 0 {
 						run.CPUPerRequest = (cpu1 - cpu0) / time.Duration(res.Completed)
+					}
+					if srv == serverTollgate {
+						after, err := scrape(ctx, metricsAddr)
+						if err != nil {
+							return err
+						}
+						p50, _ := bench.HistogramQuantile(before, after, decisionMetric, 0.50)
+						p99, _ := bench.HistogramQuantile(before, after, decisionMetric, 0.99)
+						run.DecisionP50 = time.Duration(p50 * float64(time.Second))
+						run.DecisionP99 = time.Duration(p99 * float64(time.Second))
 					}
 					r.progress("e2e %s round %d/%d c=%d %-8s %6.0f req/s  p50 %-9s p99 %-9s  server CPU %s/req  errors %d",
 						m, round, r.o.rounds, c, srv, res.RPS, bench.FormatDuration(latency(m, res, 50)),
@@ -167,7 +215,9 @@ func (r *runner) e2ePhase(ctx context.Context) (err error) {
 		"bodies with a shared first half) with a %s warm-up and a %s window; %d rounds alternate the two servers. Cells are "+
 		"median (min–max) over rounds; ratios are tollgate/null of the medians. BUFFERED latency is the whole request as the "+
 		"client sees it; FULL_DUPLEX_STREAMED latency is from the request headers to the route plus the echoed body. Server "+
-		"CPU per request is the server process's CPU time during the load over the requests it completed.",
+		"CPU per request is the server process's CPU time during the load over the requests it completed. Scheduler decision "+
+		"latency is tollgate's own tollgate_decision_latency_seconds (from a stream handing its request to the dispatcher until "+
+		"the scheduler dispatched, queued or rejected it; queue time excluded), interpolated within its buckets over each run.",
 		r.o.warmup, r.o.duration, r.o.rounds)
 	data, err := json.MarshalIndent(all, "", "  ")
 	if err != nil {
@@ -269,6 +319,18 @@ func (r *runner) e2eRows(m bench.Mode, runs []e2eRun) {
 		r.report.Add(p50)
 		r.report.Add(row("p99 latency", tg.p99, nl.p99, dur))
 		r.report.Add(row("server CPU per request", tg.cpu, nl.cpu, dur))
+		var d50, d99 []float64
+		for _, run := range runs {
+			if run.Server == serverTollgate && run.Result.Concurrency == c {
+				d50 = append(d50, float64(run.DecisionP50))
+				d99 = append(d99, float64(run.DecisionP99))
+			}
+		}
+		if sp50, sp99 := spreadOf(d50), spreadOf(d99); sp99.med > 0 {
+			cell := func(x spread) string { return fmt.Sprintf("%s (%s–%s)", dur(x.med), dur(x.lo), dur(x.hi)) }
+			r.report.Add(bench.Row{Section: section, Case: cs, Measure: "scheduler decision latency p50 ; p99 (" + decisionMetric + ")",
+				Value: cell(sp50) + " ; " + cell(sp99)})
+		}
 		if tg.errs+nl.errs > 0 {
 			r.report.Add(bench.Row{Section: section, Case: cs, Measure: "requests not answered 200",
 				Value: strconv.Itoa(tg.errs), Baseline: strconv.Itoa(nl.errs), Target: "first: " + tg.first + nl.first})
