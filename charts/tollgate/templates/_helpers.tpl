@@ -59,13 +59,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/*
 The Envoy message timers tollgate is told about. Envoy Gateway exposes no
-max_message_timeout, so there the one messageTimeout carries the budget.
+max_message_timeout, so there overrides are off (--envoy-max-message-timeout=0s)
+and the one messageTimeout carries the budget.
 */}}
 {{- define "tollgate.messageTimeout" -}}
 {{- if eq .Values.integration "envoyGateway" }}{{ .Values.envoyGateway.messageTimeout }}{{ else }}{{ .Values.envoy.messageTimeout }}{{ end }}
 {{- end }}
 {{- define "tollgate.maxMessageTimeout" -}}
-{{- if ne .Values.integration "envoyGateway" }}{{ .Values.envoy.maxMessageTimeout }}{{ end }}
+{{- if eq .Values.integration "envoyGateway" }}0s{{ else }}{{ .Values.envoy.maxMessageTimeout }}{{ end }}
 {{- end }}
 
 {{/* The pod's grace period: larger than drain delay plus shutdown timeout. */}}
