@@ -147,9 +147,10 @@ func newExchange(p *planner, env exchangeEnv, log *slog.Logger, id uint64) *exch
 }
 
 // protocolError ends the stream with a gRPC error, which Envoy turns into
-// its status_on_error answer (fail closed).
+// its status_on_error answer (fail closed). It leaves the stage alone: the
+// stream loop then calls close, which must still see a queued request to
+// take it out of the scheduler.
 func (x *exchange) protocolError(format string, args ...any) step {
-	x.stage = stageOver
 	msg := fmt.Sprintf(format, args...)
 	x.log.Warn("ext_proc protocol error", "request", x.id, "error", msg)
 	return step{end: true, err: status.Error(codes.FailedPrecondition, msg)}
