@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -203,11 +204,14 @@ func (r *rejection) body() []byte {
 			Error smgError `json:"error"`
 		}{e}
 	}
-	b, err := json.Marshal(v)
-	if err != nil { // Not reachable: every field is a plain string or number.
+	// Messages are text for people (e.g. "Bearer <key>"): no HTML escaping.
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // Not reachable: every field is a plain string or number.
 		return []byte(`{"error":{"message":"internal error"}}`)
 	}
-	return b
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // smgError is SMG's create_error object. Model is tollgate's addition for

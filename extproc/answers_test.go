@@ -54,9 +54,9 @@ func TestAnswerTable(t *testing.T) {
 			body:    `{"error":{"type":"Service Unavailable","code":"server_shutting_down","message":"the server is shutting down","param":null}}`,
 		},
 		{
-			name: "unauthorized", r: &rejection{reason: reasonUnauthorized, message: "invalid API key"}, status: 401,
+			name: "unauthorized", r: &rejection{reason: reasonUnauthorized, message: "missing API key: send it as Authorization: Bearer <key>"}, status: 401,
 			headers: map[string]string{"content-type": "application/json", "x-smg-error-code": "unauthorized"},
-			body:    `{"error":{"type":"Unauthorized","code":"unauthorized","message":"invalid API key","param":null}}`,
+			body:    `{"error":{"type":"Unauthorized","code":"unauthorized","message":"missing API key: send it as Authorization: Bearer <key>","param":null}}`,
 		},
 		{
 			name: "bad request", r: &rejection{reason: reasonBadRequest, message: "'model' is required", param: "model", errCode: "missing_required_parameter"}, status: 400,
