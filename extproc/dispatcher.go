@@ -50,7 +50,6 @@ type ticket struct {
 	target  target
 	// preempted is set when the request, in flight, was chosen as a victim.
 	preempted bool
-	preemptBy sched.Priority
 }
 
 func newTicket(id uint64) *ticket { return &ticket{id: id, wake: make(chan struct{}, 1)} }
@@ -91,9 +90,9 @@ func (t *ticket) markQueued() {
 	t.signal()
 }
 
-func (t *ticket) preempt(by sched.Priority) {
+func (t *ticket) preempt() {
 	t.mu.Lock()
-	t.preempted, t.preemptBy = true, by
+	t.preempted = true
 	t.mu.Unlock()
 	t.signal()
 }
@@ -281,7 +280,7 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 			tk.decide(a, target{})
 			delete(d.tickets, a.ID)
 		case sched.ActionPreempt:
-			tk.preempt(a.By)
+			tk.preempt()
 		}
 	}
 	for len(d.cancels) > 0 {

@@ -117,7 +117,6 @@ type exchange struct {
 	kind        openai.Kind
 	admission   bool
 	body        []byte
-	bodyEOS     bool
 	headersOnly bool
 	held        []heldKind
 	reqTimer    envoyTimer

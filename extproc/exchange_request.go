@@ -53,7 +53,6 @@ func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest,
 	}
 	x.reqTimer.start(now, x.cfg.EnvoyMessageTimeout, !x.duplex())
 	if h.GetEndOfStream() {
-		x.bodyEOS = true
 		x.held = append(x.held, heldHeaders)
 		return x.complete(now)
 	}
@@ -97,7 +96,11 @@ func (x *exchange) requestBody(now time.Time, b *extprocv3.HttpBody) step {
 		x.body = nil
 		return x.reject(now, bodyTooLarge(x.cfg.MaxBodyBytes))
 	}
-	x.body = append(x.body, b.GetBody()...)
+	if x.body == nil && b.GetEndOfStream() {
+		x.body = b.GetBody() // the whole body in one message: no copy
+	} else {
+		x.body = append(x.body, b.GetBody()...)
+	}
 	switch x.reqMode {
 	case extprocfilterv3.ProcessingMode_STREAMED:
 		x.held = append(x.held, heldChunk)
@@ -115,7 +118,6 @@ func (x *exchange) requestBody(now time.Time, b *extprocv3.HttpBody) step {
 		// fit in Envoy's buffer, which a truncated JSON body shows.
 		x.held = append(x.held, heldBufferedBody)
 	}
-	x.bodyEOS = b.GetEndOfStream()
 	return x.complete(now)
 }
 
@@ -156,6 +158,9 @@ func (x *exchange) complete(now time.Time) step {
 		return x.reject(now, rej)
 	}
 	x.plan = pl
+	if !x.duplex() {
+		x.body = nil // only FULL_DUPLEX_STREAMED sends the body back
+	}
 	x.submitAt = now
 	x.stage = stageQueued
 	if err := x.env.submit(&pl.req); err != nil {
