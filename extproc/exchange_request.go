@@ -143,12 +143,13 @@ func (x *exchange) requestTrailers(now time.Time) step {
 // once when it is outside admission, otherwise plan it and submit it.
 func (x *exchange) complete(now time.Time) step {
 	if !x.admission {
-		t, ok, err := x.env.route(modelOf(x.body))
+		model := modelOf(x.body)
+		t, ok, err := x.env.route(model)
 		switch {
 		case err != nil:
 			return x.reject(now, &rejection{reason: reasonShutdown})
 		case !ok:
-			return x.reject(now, &rejection{reason: reasonNoEndpoints, model: modelOf(x.body)})
+			return x.reject(now, &rejection{reason: reasonNoEndpoints, model: model})
 		}
 		x.p.metrics.admission.WithLabelValues("routed").Observe(now.Sub(x.start).Seconds())
 		return step{send: x.routeReplies(t)}
