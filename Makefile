@@ -5,15 +5,19 @@ BIN      := $(CURDIR)/bin
 GOLANGCI := $(BIN)/golangci-lint
 GOLANGCI_VERSION := v2.15.0
 
-.PHONY: all build test vet lint race bench fuzz demo tools clean
+.PHONY: all build test tidy vet lint race bench fuzz demo tools clean
 
 all: build
 
 build:
 	$(GO) build ./...
 
-## test: vet, lint, and every test with the race detector (what CI runs).
-test: vet lint race
+## test: module tidiness, vet, lint, and every test with the race detector (what CI runs).
+test: tidy vet lint race
+
+## tidy: fail when go.mod or go.sum is not tidy.
+tidy:
+	$(GO) mod tidy -diff
 
 vet:
 	$(GO) vet ./...
