@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tollgate/tollgate/sched"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -214,3 +216,21 @@ func TestREADME_FlagReference(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestSchedConfig_DecodeOnlyCost checks that --router-prefill-load-scale 0
+// with --router-kv-overlap-score-credit 0 keeps a zero prefill scale: the
+// all-zero selection config would mean the scheduler's defaults (scale 1).
+func TestSchedConfig_DecodeOnlyCost(t *testing.T) {
+	var o options
+	fs := newFlagSet("serve", &o)
+	if err := fs.Parse([]string{"--router-prefill-load-scale", "0", "--router-kv-overlap-score-credit", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := o.schedConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Selection.PrefillLoadScale != 0 || sc.Selection == (sched.SelectionConfig{}) {
+		t.Fatalf("selection %+v: want prefill scale 0 and a non-zero config", sc.Selection)
+	}
+}
