@@ -485,7 +485,7 @@ func TestAudit_SelectionZeroValueMeansDefaults(t *testing.T) {
 	h = newSim(t, Config{Selection: SelectionConfig{OverlapCredit: 1}}, Worker{ID: "w"})
 	r := h.s.workers[0].ranks[0]
 	r.prefill, r.blocks = 1000, 10
-	if got := h.s.rankCost(r, 64, 32); got != 10+4-2 {
+	if got := h.s.rankCost(r, 64, 32); got != 10+4 {
 		t.Fatalf("scale 0: cost %v, want the decode blocks only", got)
 	}
 }
@@ -504,20 +504,6 @@ func TestAudit_NewRejectsAnEmptyModelProfileName(t *testing.T) {
 // comments for the upstream behaviour). These tests pin today's behaviour
 // so that a deliberate change shows up here.
 func TestAudit_KnownDeviations(t *testing.T) {
-	t.Run("the decode term also credits prefix-cache hits", func(t *testing.T) {
-		// Upstream's decode term adds the request's blocks that are not
-		// already in the rank's active set (blocks of requests in flight),
-		// so an idle worker holding the prefix from a finished request
-		// costs 0 + 64 for a 1024-token prompt; here the cached blocks are
-		// subtracted again, giving 0 + 0. With 100 active blocks on the
-		// hit worker A, upstream picks the idle B (164 > 128); this picks A
-		// (100 < 128).
-		h := newSim(t, Config{}, Worker{ID: "a"}, Worker{ID: "b"})
-		h.s.byID["a"].ranks[0].blocks = 100
-		r := simReq(1, PriorityDefault, 1024)
-		r.Cached = []CachedTokens{{"a", 1024}}
-		h.want("cache hit preferred over load", h.submit(r), "dispatch 1 a/0")
-	})
 	t.Run("a fallback capacity above 65535 saturates", func(t *testing.T) {
 		// Upstream treats --max-concurrent-requests above 65535 as unset
 		// (1024); the shell passes 0 (the default) for such values.
@@ -526,4 +512,17 @@ func TestAudit_KnownDeviations(t *testing.T) {
 			t.Fatalf("capacity %d", got)
 		}
 	})
+}
+
+// Upstream's decode term adds the request's blocks that are not already
+// active on the rank (blocks of requests in flight); a prefix hit from a
+// finished request earns prefill credit only. So with 100 active blocks on
+// the hit worker a, upstream picks the idle b for a 1024-token prompt
+// (a 0 + 164 against b 64 + 64), and so does tollgate.
+func TestAudit_PrefixHitCreditedOnceAgainstPrefill(t *testing.T) {
+	h := newSim(t, Config{}, Worker{ID: "a"}, Worker{ID: "b"})
+	h.s.byID["a"].ranks[0].blocks = 100
+	r := simReq(1, PriorityDefault, 1024)
+	r.Cached = []CachedTokens{{"a", 1024}}
+	h.want("load outweighs a prefix hit", h.submit(r), "dispatch 1 b/0")
 }

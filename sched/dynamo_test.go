@@ -384,15 +384,15 @@ func TestSelect_Cost(t *testing.T) {
 	h := newSim(t, Config{}, Worker{ID: "w"})
 	r := h.s.workers[0].ranks[0]
 	r.prefill, r.blocks = 100, 10
-	if got := h.s.rankCost(r, 64, 32); got != 20.25 { // (100+64-32)/16 + (10+4-2)
+	if got := h.s.rankCost(r, 64, 32); got != 22.25 { // (100+64-32)/16 + (10+4)
 		t.Fatalf("cost = %v", got)
 	}
 	h.s.sel = SelectionConfig{PrefillLoadScale: 2, OverlapCredit: 0.5}
-	if got := h.s.rankCost(r, 64, 32); got != 30.5 { // 2×(164-16)/16 + 12
+	if got := h.s.rankCost(r, 64, 32); got != 32.5 { // 2×(164-16)/16 + 14
 		t.Fatalf("scaled cost = %v", got)
 	}
 	h.s.sel = SelectionConfig{PrefillLoadScale: 1, OverlapCredit: 10}
-	if got := h.s.rankCost(r, 64, 32); got != 12 { // prefill term clamps at 0
+	if got := h.s.rankCost(r, 64, 32); got != 14 { // prefill term clamps at 0
 		t.Fatalf("clamped cost = %v", got)
 	}
 }
@@ -406,13 +406,21 @@ func TestSelect_LowestCostWins(t *testing.T) {
 	h.want("a 251 > b 126.5 < c 128.5", h.submit(simReq(2, PriorityDefault, 1000)), "dispatch 2 b/0")
 	hit := simReq(3, PriorityDefault, 1000)
 	hit.Cached = []CachedTokens{{"a", 1000}}
-	h.want("a full hit: a 62.5+64 beats c 128.5", h.submit(hit), "dispatch 3 a/0")
-	if w, rank, ok := h.s.Route("m"); !ok || w != "c" || rank != 0 {
-		t.Fatalf("Route = %s %d %v, want the least-loaded c", w, rank, ok)
+	// A hit is credited against prefill only, as upstream: a's in-flight
+	// request still counts, so the idle c wins.
+	h.want("a full hit on a: a 62.5+126 loses to c 128.5", h.submit(hit), "dispatch 3 c/0")
+	if w, rank, ok := h.s.Route("m"); !ok || w != "a" || rank != 0 {
+		t.Fatalf("Route = %s %d %v, want the least-loaded a (62.5+63)", w, rank, ok)
 	}
-	if st := h.s.Stats(); st.Ranks[2].ActiveRequests != 0 {
+	if st := h.s.Stats(); st.Ranks[0].ActiveRequests != 1 {
 		t.Fatal("Route must not book")
 	}
+
+	fresh := newSim(t, Config{}, Worker{ID: "a"}, Worker{ID: "c"})
+	fresh.s.byID["c"].ranks[0].blocks = 3
+	onC := simReq(1, PriorityDefault, 1000)
+	onC.Cached = []CachedTokens{{"c", 1000}}
+	fresh.want("a full hit on the near-idle c: 0+66 beats a 62.5+63", fresh.submit(onC), "dispatch 1 c/0")
 	if _, _, ok := h.s.Route("ghost"); !ok {
 		t.Fatal("workers without a model serve every model")
 	}

@@ -9,9 +9,14 @@ import "math"
 // which holds cached_w of them (capped at isl), is
 //
 //	scale × max(0, (active_prefill + isl)/block_size − credit × cached_w/block_size)
-//	  + (active_blocks + ⌈isl/block_size⌉ − ⌊cached_w/block_size⌋)
+//	  + (active_blocks + ⌈isl/block_size⌉)
 //
-// with scale = PrefillLoadScale and credit = OverlapCredit. The lowest cost
+// with scale = PrefillLoadScale and credit = OverlapCredit. A cache hit is
+// credited once, against prefill: the decode term counts every block of the
+// request, as Dynamo's does unless the blocks are already active on the
+// rank (it dedups against requests in flight; tollgate does not track
+// blocks by hash, so this over-counts only identical prompts in flight
+// together). The lowest cost
 // wins; exact ties are broken uniformly at random (reservoir sampling).
 // With Temperature T > 0 the rank is instead sampled with probability
 // ∝ exp(−(c − c_min) / ((c_max − c_min) × T)), uniformly when every cost is
@@ -22,7 +27,7 @@ import "math"
 func (s *Scheduler) rankCost(r *rankState, isl, cached uint64) float64 {
 	bs := float64(s.blockSize)
 	prefill := max(0, (float64(r.prefill)+float64(isl)-s.sel.OverlapCredit*float64(cached))/bs)
-	decode := float64(r.blocks) + float64(s.blocksOf(isl)-cached/s.blockSize)
+	decode := float64(r.blocks) + float64(s.blocksOf(isl))
 	return s.sel.PrefillLoadScale*prefill + decode
 }
 
