@@ -77,6 +77,19 @@ func (t *envoyTimer) start(now time.Time, d time.Duration, enabled bool) {
 	*t = envoyTimer{running: enabled, firesAt: now.Add(d)}
 }
 
+// extend applies one override_message_timeout of d under Envoy's rules: a
+// timer is running, none was accepted for this message yet, overrides are
+// enabled (limit, Envoy's max_message_timeout, > 0) and 1 ms ≤ d ≤ limit;
+// it must also lengthen the timer to be worth sending. It reports whether
+// the override should be sent.
+func (t *envoyTimer) extend(now time.Time, d, limit time.Duration) bool {
+	if !t.running || t.overridden || limit <= 0 || d < time.Millisecond || d > limit || !now.Add(d).After(t.firesAt) {
+		return false
+	}
+	t.overridden, t.firesAt = true, now.Add(d)
+	return true
+}
+
 // respChunk is a response body message held behind the response headers.
 type respChunk struct {
 	body []byte // kept only in FULL_DUPLEX_STREAMED mode, to echo it
@@ -220,10 +233,8 @@ func (x *exchange) onExpire(now time.Time) step {
 		x.report(evCancel)
 		return x.reject(now, &rejection{reason: reasonQueueTimeout})
 	case x.respHeld && x.respTimer.running:
-		if !x.respTimer.overridden && x.cfg.EnvoyMaxMessageTimeout > 0 {
-			x.respTimer.overridden = true
-			x.respTimer.firesAt = now.Add(x.cfg.EnvoyMaxMessageTimeout)
-			return step{send: []*extprocv3.ProcessingResponse{overrideTimeout(x.cfg.EnvoyMaxMessageTimeout)}}
+		if d := x.cfg.EnvoyMaxMessageTimeout; x.respTimer.extend(now, d, d) {
+			return step{send: []*extprocv3.ProcessingResponse{overrideTimeout(d)}}
 		}
 		return step{send: x.releaseResponse()}
 	}
@@ -235,19 +246,11 @@ func (x *exchange) onExpire(now time.Time) step {
 // timeout + margin). ok is false when Envoy would not accept one or it
 // would not extend the timer.
 func (x *exchange) requestOverride(now time.Time) (time.Duration, bool) {
-	t := &x.reqTimer
-	if !t.running || t.overridden || x.cfg.EnvoyMaxMessageTimeout <= 0 {
-		return 0, false
-	}
 	d := x.cfg.EnvoyMaxMessageTimeout
 	if qt := x.p.queueTimeout[x.who.priority]; qt > 0 {
 		d = min(d, qt+x.cfg.EnvoyTimeoutMargin)
 	}
-	if d < time.Millisecond || !now.Add(d).After(t.firesAt) {
-		return 0, false
-	}
-	t.overridden, t.firesAt = true, now.Add(d)
-	return d, true
+	return d, x.reqTimer.extend(now, d, x.cfg.EnvoyMaxMessageTimeout)
 }
 
 // onTicket applies the scheduler's news about the request.
