@@ -149,7 +149,6 @@ type exchange struct {
 	respPending []respChunk
 	respTimer   envoyTimer
 	firstToken  bool
-	respDone    bool
 	usage       openai.UsageScanner
 	compared    bool
 }
@@ -372,7 +371,9 @@ func (x *exchange) close(now time.Time, cause error) {
 		x.leaveQueue(now, x.queued, "")
 		x.report(evCancel)
 	case x.admitted && !x.reported:
-		if x.respDone || !x.respStarted {
+		// Unreported and admitted: the response never started (Done) or
+		// was cut short (Cancel); a finished response reported Done already.
+		if !x.respStarted {
 			x.report(evDone)
 		} else {
 			x.report(evCancel)

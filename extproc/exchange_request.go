@@ -82,10 +82,7 @@ func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest,
 // requestBody accumulates the body, or answers chunks that arrive after
 // the decision (STREAMED without early body sending).
 func (x *exchange) requestBody(now time.Time, b *extprocv3.HttpBody) step {
-	if x.stage == stageRouted && x.headersOnly {
-		if x.reqMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
-			return x.protocolError("request body after the route in FULL_DUPLEX_STREAMED mode")
-		}
+	if x.stage == stageRouted && x.headersOnly { // never FULL_DUPLEX_STREAMED
 		return step{send: []*extprocv3.ProcessingResponse{requestBodyReply(nil)}}
 	}
 	if x.stage != stageBody {

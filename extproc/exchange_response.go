@@ -117,7 +117,6 @@ func (x *exchange) releaseResponse() []*extprocv3.ProcessingResponse {
 // finishResponse reports Done for a completed response and compares the
 // estimates with the worker's usage.
 func (x *exchange) finishResponse() {
-	x.respDone = true
 	if x.accounted() {
 		x.report(evDone)
 	}
