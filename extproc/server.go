@@ -289,11 +289,9 @@ func (s *Server) MetricsHandler() http.Handler {
 	return mux
 }
 
-// stats fetches a scheduler snapshot for a scrape.
+// stats fetches a scheduler snapshot from the dispatcher. Called before
+// Run, it waits for Run to start, at most until ctx ends.
 func (s *Server) stats(ctx context.Context) (sched.Stats, bool) {
-	if !s.running() {
-		return sched.Stats{}, false
-	}
 	r, err := s.disp.call(ctx, event{kind: evStats})
 	if err != nil {
 		return sched.Stats{}, false
@@ -301,7 +299,8 @@ func (s *Server) stats(ctx context.Context) (sched.Stats, bool) {
 	return r.stats, true
 }
 
-// Stats returns a scheduler snapshot; ok is false when Run is not serving.
+// Stats returns a scheduler snapshot. It waits for Run to serve, at most
+// until ctx ends; ok is false when ctx ended first or Run has stopped.
 func (s *Server) Stats(ctx context.Context) (sched.Stats, bool) { return s.stats(ctx) }
 
 // streamEnv connects an exchange to the dispatcher.

@@ -590,3 +590,24 @@ func TestServer_ClientIPFromForwardedFor(t *testing.T) {
 		t.Fatalf("tenant %q", x.who.tenant)
 	}
 }
+
+func TestServer_StatsWaitsForRun(t *testing.T) {
+	srv, err := New(Config{}, oneWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancelShort()
+	if _, ok := srv.Stats(short); ok {
+		t.Fatal("Stats answered with no Run")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = srv.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	wait, cancelWait := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelWait()
+	if st, ok := srv.Stats(wait); !ok || st.Capacity == 0 {
+		t.Fatalf("Stats right after starting Run: %v, capacity %d", ok, st.Capacity)
+	}
+}

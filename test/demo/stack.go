@@ -150,9 +150,6 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 	st.wg.Go(func() { _ = st.gs.Serve(gl) })
 	st.wg.Go(func() { _ = st.ms.Serve(ml) })
 
-	if err := st.awaitRunning(ctx); err != nil {
-		return st, err
-	}
 	st.sim, err = envoysim.New(envoysim.Config{
 		ExtProcAddr:       st.grpcAddr,
 		Mode:              envoyMode(),
@@ -161,25 +158,6 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 		StatusOnError:     http.StatusServiceUnavailable,
 	})
 	return st, err
-}
-
-// awaitRunning waits until the server's dispatcher answers, which it does
-// once the Run goroutine is scheduled.
-func (st *stack) awaitRunning(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if _, ok := st.srv.Stats(ctx); ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("demo: tollgate did not start: %w", ctx.Err())
-		case <-tick.C:
-		}
-	}
 }
 
 // startWorker starts one mock worker on 127.0.0.1:0 behind a handler that
