@@ -193,7 +193,7 @@ func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInf
 			pl.exact = true
 			pl.hashes = prefix.HashTokens(r.Model, ids, bs, nil)
 		} else {
-			pl.hashes = prefix.HashBytes(r.Model, []byte(r.Text), bs*p.cfg.PrefixBytesPerToken, nil)
+			pl.hashes = prefix.HashBytes(r.Model, r.Text, bs*p.cfg.PrefixBytesPerToken, nil)
 		}
 	}
 	pl.cachedByWorker = p.prefix.lookup(now, pl.hashes, uint64(bs))

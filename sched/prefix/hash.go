@@ -59,7 +59,7 @@ func HashTokens(model string, ids []uint32, blockSize int, dst []uint64) []uint6
 // blockBytes bytes in b, seeded by model, and returns the extended slice. It
 // serves prompts whose tokens are only estimated. A trailing partial block is
 // not hashed; blockBytes <= 0 hashes nothing.
-func HashBytes(model string, b []byte, blockBytes int, dst []uint64) []uint64 {
+func HashBytes[T ~string | ~[]byte](model string, b T, blockBytes int, dst []uint64) []uint64 {
 	if blockBytes <= 0 {
 		return dst
 	}
@@ -69,7 +69,7 @@ func HashBytes(model string, b []byte, blockBytes int, dst []uint64) []uint64 {
 		b = b[blockBytes:]
 		x := h ^ k3
 		for len(block) >= 8 {
-			x = absorb(x, binary.LittleEndian.Uint64(block))
+			x = absorb(x, le64(block))
 			block = block[8:]
 		}
 		if len(block) > 0 {
@@ -81,6 +81,14 @@ func HashBytes(model string, b []byte, blockBytes int, dst []uint64) []uint64 {
 		dst = append(dst, h)
 	}
 	return dst
+}
+
+// le64 reads 8 bytes of b as a little-endian uint64, for strings and byte
+// slices alike (the prompt is hashed without copying it to a []byte).
+func le64[T ~string | ~[]byte](b T) uint64 {
+	_ = b[7]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
 
 // seed derives the chain's starting value from the model name.

@@ -178,3 +178,12 @@ func BenchmarkHashBytes16k(b *testing.B) {
 		dst = HashBytes("llama", text, 64, dst[:0])
 	}
 }
+
+func TestHashBytes_StringEqualsBytes(t *testing.T) {
+	text := "The quick brown fox jumps over the lazy dog, twice: the quick brown fox."
+	for _, bb := range []int{3, 8, 13, 64} {
+		if !slices.Equal(HashBytes("m", text, bb, nil), HashBytes("m", []byte(text), bb, nil)) {
+			t.Errorf("block %d: a string and its bytes hash differently", bb)
+		}
+	}
+}
