@@ -69,6 +69,14 @@ func headerValue(h *corev3.HeaderValue) string {
 	return h.GetValue()
 }
 
+// headerValueLen is len(headerValue(h)) without converting the value.
+func headerValueLen(h *corev3.HeaderValue) int {
+	if n := len(h.GetRawValue()); n > 0 {
+		return n
+	}
+	return len(h.GetValue())
+}
+
 // parseHeaders reads the request headers and enforces the size limits: the
 // total size of names and values (maxBytes), and Dynamo's limits of 64
 // x-dynamo-meta-* entries and 64 KiB of metadata. Names are compared in lower
@@ -78,8 +86,8 @@ func parseHeaders(hm *corev3.HeaderMap, tenantHeader string, maxBytes int) (*hea
 	metaEntries, metaBytes := 0, 0
 	for _, hv := range hm.GetHeaders() {
 		key := hv.GetKey()
-		val := headerValue(hv)
-		h.bytes += len(key) + len(val)
+		valLen := headerValueLen(hv)
+		h.bytes += len(key) + valLen
 		if h.bytes > maxBytes {
 			return nil, &rejection{reason: reasonHeadersTooLarge,
 				message: fmt.Sprintf("request headers exceed the limit of %d bytes", maxBytes)}
@@ -90,23 +98,23 @@ func parseHeaders(hm *corev3.HeaderMap, tenantHeader string, maxBytes int) (*hea
 		switch {
 		case key == ":method":
 			if h.method == "" {
-				h.method = val
+				h.method = headerValue(hv)
 			}
 			continue
 		case key == ":path":
 			if h.path == "" {
-				h.path = val
+				h.path = headerValue(hv)
 			}
 			continue
 		case key == "x-forwarded-for":
 			if h.forwardedFor != "" {
 				h.forwardedFor += ", "
 			}
-			h.forwardedFor += val
+			h.forwardedFor += headerValue(hv)
 			continue
 		case strings.HasPrefix(key, metaPrefix):
 			metaEntries++
-			metaBytes += len(key) - len(metaPrefix) + len(val)
+			metaBytes += len(key) - len(metaPrefix) + valLen
 			if metaEntries > maxMetaEntries {
 				return nil, &rejection{reason: reasonHeadersTooLarge,
 					message: fmt.Sprintf("too many %s* headers: more than %d", metaPrefix, maxMetaEntries)}
@@ -118,7 +126,7 @@ func parseHeaders(hm *corev3.HeaderMap, tenantHeader string, maxBytes int) (*hea
 		}
 		if watchedHeader(key, tenantHeader) {
 			if _, seen := h.values[key]; !seen {
-				h.values[key] = val
+				h.values[key] = headerValue(hv) // only the headers tollgate reads are converted
 			}
 		}
 	}
