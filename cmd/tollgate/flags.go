@@ -198,22 +198,24 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	add(err)
 	cfg.Tokenizer = tok
 
-	var pf *policy.PriorityFile
-	if o.priorityEnabled {
-		pf = policy.DefaultPriorityFile()
-		if o.priorityConfig != "" {
-			f, err := policy.LoadPriorityConfig(o.priorityConfig)
-			add(err)
-			if f != nil {
-				pf = f
-			}
-		}
-	} else if o.priorityConfig != "" {
-		add(errors.New("--priority-scheduler-config needs --priority-scheduler-enabled"))
+	var frac *float64
+	if o.routerQueueThreshold.set {
+		frac = &o.routerQueueThreshold.v
 	}
-
-	sc, err := o.schedConfig(pf)
+	pc, pf, err := policy.Load(policy.Files{
+		RouterPolicy:    o.routerPolicyConfig,
+		QueueThreshold:  frac,
+		QueuePolicy:     o.routerQueuePolicy,
+		PriorityEnabled: o.priorityEnabled,
+		PriorityConfig:  o.priorityConfig,
+	})
 	add(err)
+	sc, err := o.schedConfig()
+	add(err)
+	sc.Policy = pc
+	if pf != nil {
+		sc.Priority = pf.PriorityConfig()
+	}
 	cfg.Sched = sc
 
 	ten, err := o.tenancy(pf)
@@ -233,9 +235,9 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	return &setup{cfg: cfg, workers: workers}, nil
 }
 
-// schedConfig resolves the scheduling-core flags and the router policy
-// file; pf is the priority file when priority admission is on.
-func (o *options) schedConfig(pf *policy.PriorityFile) (sched.Config, error) {
+// schedConfig resolves the scheduling-core flags other than the policy and
+// priority files (build adds those through policy.Load).
+func (o *options) schedConfig() (sched.Config, error) {
 	var errs []error
 	sc := sched.Config{
 		BlockSize: o.blockSize,
@@ -262,28 +264,6 @@ func (o *options) schedConfig(pf *policy.PriorityFile) (sched.Config, error) {
 		seed = rand.Uint64()
 	}
 	sc.Rand = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-
-	var frac *float64
-	if o.routerQueueThreshold.set {
-		frac = &o.routerQueueThreshold.v
-	}
-	fallback, err := policy.SyntheticDefault(frac, o.routerQueuePolicy)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if o.routerPolicyConfig != "" {
-		pc, err := policy.LoadRouterPolicy(o.routerPolicyConfig)
-		if err != nil {
-			errs = append(errs, err)
-		} else {
-			sc.Policy = *pc
-		}
-	}
-	sc.Policy.Fallback = fallback
-
-	if pf != nil {
-		sc.Priority = pf.PriorityConfig()
-	}
 	return sc, errors.Join(errs...)
 }
 

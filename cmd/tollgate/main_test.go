@@ -226,7 +226,7 @@ func TestSchedConfig_DecodeOnlyCost(t *testing.T) {
 	if err := fs.Parse([]string{"--router-prefill-load-scale", "0", "--router-kv-overlap-score-credit", "0"}); err != nil {
 		t.Fatal(err)
 	}
-	sc, err := o.schedConfig(nil)
+	sc, err := o.schedConfig()
 	if err != nil {
 		t.Fatal(err)
 	}

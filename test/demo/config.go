@@ -43,27 +43,15 @@ func (s serverSpec) build(log *slog.Logger) (extproc.Config, error) {
 		Selection: sched.DefaultSelection(),
 		Rand:      rand.New(rand.NewPCG(s.seed, s.seed^0x9e3779b97f4a7c15)),
 	}
-	if s.routerPolicy != "" {
-		pc, err := policy.LoadRouterPolicy(s.routerPolicy)
-		add(err)
-		if pc != nil {
-			sc.Policy = *pc
-		}
-	}
-	fallback, err := policy.SyntheticDefault(nil, "fcfs")
+	pc, pf, err := policy.Load(policy.Files{
+		RouterPolicy:    s.routerPolicy,
+		QueuePolicy:     "fcfs",
+		PriorityEnabled: s.priority,
+		PriorityConfig:  s.priorityConfig,
+	})
 	add(err)
-	sc.Policy.Fallback = fallback
-
-	var pf *policy.PriorityFile
-	if s.priority {
-		pf = policy.DefaultPriorityFile()
-		if s.priorityConfig != "" {
-			f, err := policy.LoadPriorityConfig(s.priorityConfig)
-			add(err)
-			if f != nil {
-				pf = f
-			}
-		}
+	sc.Policy = pc
+	if pf != nil {
 		sc.Priority = pf.PriorityConfig()
 	}
 	tenants, err := policy.NewTenants(policy.TenantOptions{TenantAPIKeys: s.tenantKeys})
