@@ -473,16 +473,15 @@ func TestAudit_ExplicitClassStillSnapshotsTheCost(t *testing.T) {
 	}
 }
 
-// The zero SelectionConfig means Dynamo's defaults, so the shell cannot
-// pass "scale 0, credit 0, temperature 0" as such (it would get scale 1,
-// credit 1). With scale 0 the credit no longer matters, so scale 0 with
-// credit 1 expresses the same decode-only cost.
-func TestAudit_SelectionZeroValueMeansDefaults(t *testing.T) {
+// A nil Selection means Dynamo's defaults; a given one is used as is, so
+// "scale 0, credit 0, temperature 0" is the decode-only cost, not the
+// defaults.
+func TestAudit_SelectionNilMeansDefaults(t *testing.T) {
 	h := newSim(t, Config{}, Worker{ID: "w"})
 	if h.s.sel != DefaultSelection() {
-		t.Fatalf("zero selection became %+v", h.s.sel)
+		t.Fatalf("nil selection became %+v", h.s.sel)
 	}
-	h = newSim(t, Config{Selection: SelectionConfig{OverlapCredit: 1}}, Worker{ID: "w"})
+	h = newSim(t, Config{Selection: &SelectionConfig{}}, Worker{ID: "w"})
 	r := h.s.workers[0].ranks[0]
 	r.prefill, r.blocks = 1000, 10
 	if got := h.s.rankCost(r, 64, 32); got != 10+4 {

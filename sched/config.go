@@ -42,7 +42,10 @@ func validateConfig(cfg *Config) error {
 			errs = append(errs, fmt.Errorf("sched: class %s: queue timeout and starvation threshold must not be negative", p))
 		}
 	}
-	sel := cfg.Selection
+	sel := DefaultSelection()
+	if cfg.Selection != nil {
+		sel = *cfg.Selection
+	}
 	for _, f := range []struct {
 		name string
 		v    float64

@@ -453,7 +453,7 @@ func TestSelect_SeededTieBreaks(t *testing.T) {
 }
 
 func TestSelect_Softmax(t *testing.T) {
-	h := newSim(t, Config{Selection: SelectionConfig{PrefillLoadScale: 1, OverlapCredit: 1, Temperature: 1}},
+	h := newSim(t, Config{Selection: &SelectionConfig{PrefillLoadScale: 1, OverlapCredit: 1, Temperature: 1}},
 		Worker{ID: "a"}, Worker{ID: "b"}, Worker{ID: "c"})
 	// Costs 0, 5, 10 for an empty prompt: normalized 0, 0.5, 1.
 	h.s.byID["b"].ranks[0].blocks = 5

@@ -100,8 +100,9 @@ func New(cfg Config, workers []Worker) (*Scheduler, error) {
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = DefaultBlockSize
 	}
-	if cfg.Selection == (SelectionConfig{}) {
-		cfg.Selection = DefaultSelection()
+	sel := DefaultSelection()
+	if cfg.Selection != nil {
+		sel = *cfg.Selection
 	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.New(rand.NewPCG(0x746f6c6c, 0x67617465))
@@ -110,7 +111,7 @@ func New(cfg Config, workers []Worker) (*Scheduler, error) {
 		cfg:       cfg,
 		prio:      cfg.Priority.Enabled,
 		blockSize: cfg.BlockSize,
-		sel:       cfg.Selection,
+		sel:       sel,
 		rnd:       cfg.Rand,
 		origin:    cfg.Start,
 		originSet: !cfg.Start.IsZero(),

@@ -95,7 +95,7 @@ func newSimDriver(src simSource) (*simDriver, error) {
 		BlockSize:        uint64(src.intn(3) * 8),
 	}
 	if src.intn(2) == 0 {
-		cfg.Selection = SelectionConfig{PrefillLoadScale: 1, OverlapCredit: 1, Temperature: float64(src.intn(3)) / 2}
+		cfg.Selection = &SelectionConfig{PrefillLoadScale: 1, OverlapCredit: 1, Temperature: float64(src.intn(3)) / 2}
 	}
 	cfg.Policy = simRandomPolicy(src)
 	if src.intn(3) > 0 {

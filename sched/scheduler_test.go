@@ -161,7 +161,7 @@ func TestNew_RejectsMalformedConfig(t *testing.T) {
 		{"class index out of range", func(c *Config) { c.Policy.Root.Explicit["custom_priority"] = 9 }, "index 9 of 5"},
 		{"buckets not from 0", func(c *Config) { c.Policy.Root.Buckets[0].MinTokens = 5 }, "must start at min_tokens 0"},
 		{"NaN share", func(c *Config) { c.Priority.Classes[1].ReservedPerSlot = math.NaN() }, "reserved_per_slot must be finite"},
-		{"negative temperature", func(c *Config) { c.Selection.Temperature = -1 }, "temperature must be finite"},
+		{"negative temperature", func(c *Config) { c.Selection = &SelectionConfig{Temperature: -1} }, "temperature must be finite"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

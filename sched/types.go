@@ -217,9 +217,10 @@ type Config struct {
 	FallbackCapacity uint32
 	// BlockSize is the KV block size in tokens; 0 means DefaultBlockSize.
 	BlockSize uint64
-	// Selection tunes worker selection; the zero value means
-	// DefaultSelection().
-	Selection SelectionConfig
+	// Selection tunes worker selection; nil means DefaultSelection(). A
+	// non-nil value is used as given, zeros included (prefill scale 0 is
+	// a decode-only cost).
+	Selection *SelectionConfig
 	// Rand breaks selection ties; nil means a fixed seed.
 	Rand *rand.Rand
 	// Start is the scheduler's start time, the origin of FCFS scores.

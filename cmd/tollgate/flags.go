@@ -241,17 +241,11 @@ func (o *options) schedConfig() (sched.Config, error) {
 	var errs []error
 	sc := sched.Config{
 		BlockSize: o.blockSize,
-		Selection: sched.SelectionConfig{
+		Selection: &sched.SelectionConfig{
 			PrefillLoadScale: o.prefillLoadScale,
 			OverlapCredit:    o.overlapCredit,
 			Temperature:      o.routerTemperature,
 		},
-	}
-	if o.prefillLoadScale == 0 {
-		// The credit only scales the prefill term, so it is moot here; a
-		// non-zero value keeps the all-zero SelectionConfig, which means
-		// "defaults", from replacing the decode-only cost asked for.
-		sc.Selection.OverlapCredit = 1
 	}
 	if o.routerTemperature < 0 || o.prefillLoadScale < 0 || o.overlapCredit < 0 {
 		errs = append(errs, errors.New("--router-temperature, --router-prefill-load-scale and --router-kv-overlap-score-credit must be >= 0"))

@@ -40,7 +40,6 @@ func (s serverSpec) build(log *slog.Logger) (extproc.Config, error) {
 	}
 	sc := sched.Config{
 		BlockSize: sched.DefaultBlockSize,
-		Selection: sched.DefaultSelection(),
 		Rand:      rand.New(rand.NewPCG(s.seed, s.seed^0x9e3779b97f4a7c15)),
 	}
 	pc, pf, err := policy.Load(policy.Files{
