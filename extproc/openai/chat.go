@@ -14,25 +14,8 @@ type message struct {
 }
 
 func (m *message) decode(raw []byte, field string) *Error {
-	return forFields(raw, field, "an object", func(key, val []byte) *Error {
-		switch string(key) {
-		case "type":
-			m.Type = val
-		case "role":
-			m.Role = val
-		case "name":
-			m.Name = val
-		case "content":
-			m.Content = val
-		case "tool_calls":
-			m.ToolCalls = val
-		case "arguments":
-			m.Arguments = val
-		case "output":
-			m.Output = val
-		}
-		return nil
-	})
+	return members(raw, field, []string{"type", "role", "name", "content", "tool_calls", "arguments", "output"},
+		&m.Type, &m.Role, &m.Name, &m.Content, &m.ToolCalls, &m.Arguments, &m.Output)
 }
 
 // renderer builds Request.Text for chat and Responses requests.
@@ -136,19 +119,6 @@ func (w *renderer) line(role, name, text string) {
 	w.sb.WriteString(": ")
 	w.sb.WriteString(text)
 	w.sb.WriteByte('\n')
-}
-
-// members reads the named members of the JSON object raw into dst, in the
-// order of names; other members are skipped.
-func members(raw []byte, field string, names []string, dst ...*[]byte) *Error {
-	return forFields(raw, field, "an object", func(key, val []byte) *Error {
-		for i, n := range names {
-			if string(key) == n {
-				*dst[i] = val
-			}
-		}
-		return nil
-	})
 }
 
 // message renders one chat message (or a Responses message item).

@@ -264,6 +264,19 @@ func hex4(s []byte) (rune, bool) {
 
 // forFields calls fn with the unquoted key and raw value of each member of
 // the JSON object raw, in order; it stops at the first error fn returns.
+// members reads the named members of the JSON object raw into dst, in the
+// order of names; other members are skipped.
+func members(raw []byte, field string, names []string, dst ...*[]byte) *Error {
+	return forFields(raw, field, "an object", func(key, val []byte) *Error {
+		for i, n := range names {
+			if string(key) == n {
+				*dst[i] = val
+			}
+		}
+		return nil
+	})
+}
+
 // want completes the type error ("'field' must be …").
 func forFields(raw []byte, field, want string, fn func(key, val []byte) *Error) *Error {
 	raw = trimSpace(raw)

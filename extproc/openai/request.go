@@ -298,21 +298,8 @@ func (h *Hints) parse(raw []byte) *Error {
 	var nv struct {
 		AgentHints, BackendInstanceID, DecodeWorkerID, DPRank, RoutingConstraints []byte
 	}
-	if err := forFields(raw, "nvext", "an object", func(key, val []byte) *Error {
-		switch string(key) {
-		case "agent_hints":
-			nv.AgentHints = val
-		case "backend_instance_id":
-			nv.BackendInstanceID = val
-		case "decode_worker_id":
-			nv.DecodeWorkerID = val
-		case "dp_rank":
-			nv.DPRank = val
-		case "routing_constraints":
-			nv.RoutingConstraints = val
-		}
-		return nil
-	}); err != nil {
+	if err := members(raw, "nvext", []string{"agent_hints", "backend_instance_id", "decode_worker_id", "dp_rank", "routing_constraints"},
+		&nv.AgentHints, &nv.BackendInstanceID, &nv.DecodeWorkerID, &nv.DPRank, &nv.RoutingConstraints); err != nil {
 		return err
 	}
 	if err := h.parseAgentHints(nv.AgentHints); err != nil {
@@ -345,17 +332,8 @@ func (h *Hints) parseAgentHints(raw []byte) *Error {
 	var ah struct {
 		Priority, StrictPriority, LatencySensitivity []byte
 	}
-	if err := forFields(raw, "nvext.agent_hints", "an object", func(key, val []byte) *Error {
-		switch string(key) {
-		case "priority":
-			ah.Priority = val
-		case "strict_priority":
-			ah.StrictPriority = val
-		case "latency_sensitivity":
-			ah.LatencySensitivity = val
-		}
-		return nil
-	}); err != nil {
+	if err := members(raw, "nvext.agent_hints", []string{"priority", "strict_priority", "latency_sensitivity"},
+		&ah.Priority, &ah.StrictPriority, &ah.LatencySensitivity); err != nil {
 		return err
 	}
 	if given(ah.Priority) {
@@ -417,12 +395,7 @@ func (h *Hints) parseConstraints(raw []byte) *Error {
 		return nil
 	}
 	var taints []byte
-	if err := forFields(raw, "nvext.routing_constraints", "an object", func(key, val []byte) *Error {
-		if string(key) == "required_taints" {
-			taints = val
-		}
-		return nil
-	}); err != nil {
+	if err := members(raw, "nvext.routing_constraints", []string{"required_taints"}, &taints); err != nil {
 		return err
 	}
 	if !given(taints) {
