@@ -5,15 +5,20 @@ BIN      := $(CURDIR)/bin
 GOLANGCI := $(BIN)/golangci-lint
 GOLANGCI_VERSION := v2.15.0
 
-.PHONY: all build test tidy vet lint race bench fuzz demo tools clean
+.PHONY: all build test deps tidy vet lint race bench fuzz demo tools clean
 
 all: build
 
 build:
 	$(GO) build ./...
 
-## test: module tidiness, vet, lint, and every test with the race detector (what CI runs).
-test: tidy vet lint race
+## test: install test dependencies, module tidiness, vet, lint, and every test with
+## the race detector (what CI runs).
+test: deps tidy vet lint race
+
+## deps: the Debian and npm packages the tests need (hack/deps.sh).
+deps:
+	./hack/deps.sh
 
 ## tidy: fail when go.mod or go.sum is not tidy.
 tidy:
