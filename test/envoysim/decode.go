@@ -77,6 +77,16 @@ func (d *decoder) finalBody() []byte {
 	return b
 }
 
+// downstreamBody is the body as the codec hands it to the filter chain. An
+// HTTP/1 request with Content-Length: 0 is dispatched as headers with
+// end_of_stream (http1/codec_impl.cc:1240-1262): no body at all.
+func downstreamBody(r *Request) []byte {
+	if len(r.Body) == 0 && len(r.Trailer) == 0 && strings.TrimSpace(headerValue(r.Header, "content-length")) == "0" {
+		return nil
+	}
+	return r.Body
+}
+
 // requestHeaderMap builds the headers Envoy's connection manager hands to
 // the filter chain: pseudo-headers first, then the client's headers, then
 // x-forwarded-proto and x-request-id.
@@ -131,7 +141,18 @@ func (x *exchange) decodeHeaders() {
 			EndOfStream: d.body == nil,
 		}},
 	})
-	if x.hook(StageRequestHeadersSent) || !d.fd || d.body == nil {
+	if x.hook(StageRequestHeadersSent) {
+		return
+	}
+	if d.bodyMode == extprocfilterv3.ProcessingMode_BUFFERED && x.cfg.bufferLimit > 0 && len(d.body) > x.cfg.bufferLimit {
+		// The body arrives while the filter buffers it (StopIterationAndBuffer)
+		// and overflows the limit: the filter manager answers 413 itself
+		// (filter_manager.cc:569-576). Streaming modes only apply back-pressure.
+		x.sim.stats.inc(statRequestTooLarge)
+		x.envoyReply(http.StatusRequestEntityTooLarge, []byte("Payload Too Large"), "request_payload_too_large")
+		return
+	}
+	if !d.fd || d.body == nil {
 		return
 	}
 	if !x.sendRequestChunks() {
@@ -368,8 +389,7 @@ func (x *exchange) requestDone() {
 	d.cb = cbIdle
 	x.markDecision()
 	if !x.complete && x.enc.noExternalProcess() {
-		x.complete = true
-		x.closeStream()
+		x.lastReplyDone()
 	}
 	x.route()
 }

@@ -137,10 +137,8 @@ func (x *exchange) continueResponseHeaders() {
 	e := &x.enc
 	if !x.complete && (e.noBody ||
 		(e.bodyMode == extprocfilterv3.ProcessingMode_NONE && !e.trailerSend)) {
-		// Nothing more will be sent in this direction: Envoy closes the
-		// stream right after the last reply.
-		x.complete = true
-		x.closeStream()
+		// Nothing more will be sent in this direction.
+		x.lastReplyDone()
 	}
 	active := !x.complete && !e.noBody
 	switch {
