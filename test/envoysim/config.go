@@ -137,6 +137,12 @@ type Config struct {
 	// request_header_mode SKIP, BUFFERED_PARTIAL, GRPC and a
 	// FULL_DUPLEX_STREAMED response body are not modelled and rejected.
 	Mode *extprocfilterv3.ProcessingMode
+	// SendBodyWithoutWaitingForHeaderResponse is the processing mode flag
+	// of that name: in a STREAMED direction, body chunks go to the server
+	// while the headers message is outstanding, each restarting the
+	// message timer (ext_proc.cc:1085-1094, 982-984). Other modes ignore
+	// it.
+	SendBodyWithoutWaitingForHeaderResponse bool
 	// MessageTimeout is message_timeout. Zero means 200 ms.
 	MessageTimeout time.Duration
 	// MaxMessageTimeout is max_message_timeout, the upper bound for
@@ -231,6 +237,7 @@ type settings struct {
 	responseBodyMode    extprocfilterv3.ProcessingMode_BodySendMode
 	responseTrailerSend bool
 
+	early             bool
 	messageTimeout    time.Duration
 	maxMessageTimeout time.Duration
 	failureModeAllow  bool
@@ -273,6 +280,7 @@ func (c *Config) resolve() (*settings, error) {
 		version:           orDefault(c.Version, VersionLatest),
 		addr:              c.ExtProcAddr,
 		dialOptions:       c.DialOptions,
+		early:             c.SendBodyWithoutWaitingForHeaderResponse,
 		messageTimeout:    orDefault(c.MessageTimeout, DefaultMessageTimeout),
 		maxMessageTimeout: c.MaxMessageTimeout,
 		failureModeAllow:  c.FailureModeAllow,

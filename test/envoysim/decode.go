@@ -21,6 +21,7 @@ type decoder struct {
 	bodyMode    extprocfilterv3.ProcessingMode_BodySendMode
 	trailerSend bool
 	fd          bool // FULL_DUPLEX_STREAMED: no timers, body streamed back
+	early       bool // STREAMED with send_body_without_waiting_for_header_response
 
 	cb       callbackState
 	headers  *headerMap
@@ -152,6 +153,11 @@ func (x *exchange) decodeHeaders() {
 		x.envoyReply(http.StatusRequestEntityTooLarge, []byte("Payload Too Large"), "request_payload_too_large")
 		return
 	}
+	if d.early && d.body != nil {
+		// The chunks go out behind the headers, which stay outstanding.
+		x.sendRequestChunks()
+		return
+	}
 	if !d.fd || d.body == nil {
 		return
 	}
@@ -179,7 +185,7 @@ func (x *exchange) sendRequest(m *extprocv3.ProcessingRequest) {
 func (x *exchange) sendRequestChunks() bool {
 	d := &x.dec
 	d.streaming = true
-	if !d.fd {
+	if !d.fd && d.cb != cbHeaders {
 		d.cb = cbStreamedBody
 	}
 	chunks := split(d.body, x.cfg.chunkSize)
@@ -278,6 +284,8 @@ func (x *exchange) onRequestHeadersResponse(hr *extprocv3.HeadersResponse) error
 			Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: d.body, EndOfStream: d.trailers == nil}},
 		})
 		x.hook(StageRequestBodySent)
+	case d.bodyMode == extprocfilterv3.ProcessingMode_STREAMED && d.streaming:
+		d.cb = cbStreamedBody // sent early; their replies follow
 	case d.bodyMode == extprocfilterv3.ProcessingMode_STREAMED:
 		x.sendRequestChunks()
 	default:

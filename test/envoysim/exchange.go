@@ -107,6 +107,7 @@ func (s *Sim) newExchange(ctx context.Context, req *Request, out sink) *exchange
 		bodyMode:    s.cfg.requestBodyMode,
 		trailerSend: s.cfg.requestTrailerSend,
 		fd:          s.cfg.requestBodyMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+		early:       s.cfg.early && s.cfg.requestBodyMode == extprocfilterv3.ProcessingMode_STREAMED,
 		headers:     requestHeaderMap(req),
 		body:        downstreamBody(req),
 		trailers:    headerMapFromHTTP(req.Trailer),
@@ -115,6 +116,7 @@ func (s *Sim) newExchange(ctx context.Context, req *Request, out sink) *exchange
 		headerSend:  s.cfg.responseHeaderSend,
 		bodyMode:    s.cfg.responseBodyMode,
 		trailerSend: s.cfg.responseTrailerSend,
+		early:       s.cfg.early && s.cfg.responseBodyMode == extprocfilterv3.ProcessingMode_STREAMED,
 	}
 	return x
 }
@@ -229,8 +231,9 @@ func (x *exchange) send(m *extprocv3.ProcessingRequest, timed bool) {
 	}
 	if !x.sentFirst {
 		m.ProtocolConfig = &extprocv3.ProtocolConfiguration{
-			RequestBodyMode:  x.cfg.requestBodyMode,
-			ResponseBodyMode: x.cfg.responseBodyMode,
+			RequestBodyMode:                         x.cfg.requestBodyMode,
+			ResponseBodyMode:                        x.cfg.responseBodyMode,
+			SendBodyWithoutWaitingForHeaderResponse: x.cfg.early,
 		}
 		x.sentFirst = true
 	}
