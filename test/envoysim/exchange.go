@@ -702,11 +702,15 @@ func (x *exchange) commit(h *headerMap) {
 	x.lastActivity = time.Now()
 	x.res.timings.ResponseHeaders = time.Since(x.start)
 	x.out.writeHeader(code, h.httpHeader())
+	x.hook(StageResponseCommitted)
 }
 
 // deliver sends a body chunk to the client and reports whether the exchange
 // is still going (the client may disconnect at StageResponseBody).
 func (x *exchange) deliver(p []byte) bool {
+	if x.res.disconnected != nil {
+		return false
+	}
 	if len(p) == 0 {
 		return !x.finished
 	}
