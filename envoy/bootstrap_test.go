@@ -182,7 +182,7 @@ func TestFullDuplexMutationsFail(t *testing.T) {
 		{"trailers", "request_trailer_mode: SEND", "request_trailer_mode: SKIP", "FULL_DUPLEX_STREAMED requires SEND"},
 		{"no source.address", "request_attributes: [source.address]", "", "request_attributes must list source.address"},
 		{"response headers not holdable", "              send_body_without_waiting_for_header_response: true\n", "", "send_body_without_waiting_for_header_response must be true"},
-		{"fail open", "failure_mode_allow: false", "failure_mode_allow: true", "FULL_DUPLEX_STREAMED requires failure_mode_allow false"},
+		{"fail open", "failure_mode_allow: false", "failure_mode_allow: true", "FULL_DUPLEX_STREAMED with failure_mode_allow true"},
 		{"stream idle", "stream_idle_timeout: 330s", "stream_idle_timeout: 120s", "stream_idle_timeout is 2m0s"},
 	} {
 		t.Run(m.name, func(t *testing.T) {

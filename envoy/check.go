@@ -265,7 +265,8 @@ func checkProcessingMode(where string, ep *extprocv3.ExternalProcessor, longest 
 	if pm.GetResponseBodyMode() != extprocv3.ProcessingMode_STREAMED {
 		p.addf(where, "processing_mode.response_body_mode is %v; want STREAMED (tollgate watches for the first token and the end of stream)", pm.GetResponseBodyMode())
 	}
-	// Envoy refuses FULL_DUPLEX_STREAMED without trailers and with fail-open.
+	// Envoy refuses FULL_DUPLEX_STREAMED without trailers sent. Only 1.35
+	// refuses it with fail-open; tollgate needs fail-closed anyway.
 	for _, d := range []struct {
 		dir     string
 		body    extprocv3.ProcessingMode_BodySendMode
@@ -279,7 +280,7 @@ func checkProcessingMode(where string, ep *extprocv3.ExternalProcessor, longest 
 				p.addf(where, "processing_mode.%s_trailer_mode is %v; FULL_DUPLEX_STREAMED requires SEND", d.dir, d.trailer)
 			}
 			if ep.GetFailureModeAllow() {
-				p.addf(where, "FULL_DUPLEX_STREAMED requires failure_mode_allow false")
+				p.addf(where, "FULL_DUPLEX_STREAMED with failure_mode_allow true: Envoy 1.35 rejects it, later releases fail open (bypassing tollgate) until the first body chunk; want false")
 			}
 		} else if !skip(d.trailer) {
 			p.addf(where, "processing_mode.%s_trailer_mode is %v; want SKIP (tollgate does not process trailers outside FULL_DUPLEX_STREAMED)", d.dir, d.trailer)

@@ -56,8 +56,9 @@ func patchOf[T proto.Message](t *testing.T, ef *istioclient.EnvoyFilter, m T, ok
 
 // TestEnvoyFilterMatchesBootstrap keeps the Istio patches equal to the
 // standalone bootstrap where they describe the same thing: the ext_proc
-// filter (but for Istio's cluster name), the worker cluster (but for its
-// name) and the preemption reply.
+// filter (but for Istio's cluster name; request_attributes and
+// send_body_without_waiting_for_header_response included), the worker
+// cluster (but for its name) and the local reply settings.
 func TestEnvoyFilterMatchesBootstrap(t *testing.T) {
 	b, err := load([]byte(read(t, "envoy.yaml")))
 	if err != nil {

@@ -403,7 +403,7 @@ func (s *settings) resolveMode(m *extprocfilterv3.ProcessingMode) []error {
 			fail("request_body_mode FULL_DUPLEX_STREAMED requires request_trailer_mode SEND")
 		}
 		if s.failureModeAllow {
-			fail("request_body_mode FULL_DUPLEX_STREAMED requires failure_mode_allow false")
+			fail("request_body_mode FULL_DUPLEX_STREAMED with failure_mode_allow is not modelled (Envoy 1.35 rejects it; later releases fail open until the first body chunk)")
 		}
 	case extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL, extprocfilterv3.ProcessingMode_GRPC:
 		fail("request_body_mode %v is not modelled", s.requestBodyMode)
