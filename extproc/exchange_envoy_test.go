@@ -80,9 +80,15 @@ func TestExchange_EnvoyLocalReplyBeforeTheRoute(t *testing.T) {
 			if diff := cmp.Diff(want, env.notes, cmp.AllowUnexported(note{})); diff != "" {
 				t.Errorf("notes (-want +got):\n%s", diff)
 			}
-			// The scheduler's late decision changes nothing.
+			// The scheduler's late decision changes nothing, and request
+			// messages still in flight are not answered.
 			if s := x.onTicket(t0, dispatched(true)); len(s.send) != 0 || s.end {
 				t.Errorf("late dispatch answered %v", kinds(s.send))
+			}
+			for _, m := range []*extprocv3.ProcessingRequest{reqBody("x", true), reqTrailers()} {
+				if s := x.message(t0, m); len(s.send) != 0 || s.end {
+					t.Errorf("request message after Envoy's reply answered %v end %v", kinds(s.send), s.end)
+				}
 			}
 			s := x.message(t0, respBody("Payload Too Large", true))
 			wantBody := "resp_body"

@@ -98,6 +98,9 @@ func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest,
 // requestBody accumulates the body, or answers chunks that arrive after
 // the decision (STREAMED without early body sending).
 func (x *exchange) requestBody(now time.Time, b *extprocv3.HttpBody) step {
+	if x.stage == stageEnvoyReply {
+		return step{} // Envoy's own reply stopped the request: nothing to answer
+	}
 	if x.stage == stageRouted && x.headersOnly { // never FULL_DUPLEX_STREAMED
 		return step{send: []*extprocv3.ProcessingResponse{requestBodyReply(nil)}}
 	}
@@ -148,6 +151,8 @@ func (x *exchange) requestTrailers(now time.Time) step {
 		return step{}
 	case stageRouted:
 		return step{send: []*extprocv3.ProcessingResponse{requestTrailersReply()}}
+	case stageEnvoyReply:
+		return step{} // Envoy's own reply stopped the request: nothing to answer
 	}
 	return x.protocolError("request trailers in stage %s", x.stage)
 }

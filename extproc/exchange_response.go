@@ -124,7 +124,7 @@ func (x *exchange) envoyReply(now time.Time, h *extprocv3.HttpHeaders) step {
 	}
 	x.report(evCancel)
 	x.p.metrics.envoyReplies.WithLabelValues(strconv.Itoa(code)).Inc()
-	x.log.Info("Envoy answered the request itself before the route", "request", x.id, "status", code, "stage", x.stage.String())
+	x.log.Debug("Envoy answered the request itself before the route", "request", x.id, "status", code, "stage", x.stage.String())
 	x.stage = stageEnvoyReply
 	x.held, x.body, x.reqTimer = nil, nil, envoyTimer{}
 	return step{send: []*extprocv3.ProcessingResponse{responseHeadersReply()}, end: h.GetEndOfStream()}
@@ -141,12 +141,12 @@ func (x *exchange) envoyReplyBody(b *extprocv3.HttpBody) step {
 }
 
 // responseStatus is the :status of response headers, 0 when absent or
-// malformed.
+// not a three-digit status.
 func responseStatus(h *extprocv3.HttpHeaders) int {
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		if hv.GetKey() == ":status" {
 			n, err := strconv.Atoi(headerValue(hv))
-			if err != nil {
+			if err != nil || n < 100 || n > 999 {
 				return 0
 			}
 			return n
