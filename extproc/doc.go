@@ -145,8 +145,8 @@
 //
 // tollgate sees a request's end only through the response messages Envoy
 // sends it. With response_header_mode SKIP and no response body mode, Envoy
-// closes the side stream right after the route, and tollgate reports Done
-// then: the scheduler's load bookkeeping then tracks admissions, not running
+// 1.37+ closes the side stream right after the route (earlier releases when
+// the request ends), and tollgate reports Done then: the scheduler's load bookkeeping then tracks admissions, not running
 // requests. The shipped configurations send response headers and a streamed
 // response body.
 //

@@ -193,11 +193,21 @@ func TestLocalReply_HCMTimeoutWhileHeld(t *testing.T) {
 }
 
 // The client may still go away while Envoy's own reply is with the
-// processor: nobody gets a reply and the side stream is closed.
+// processor: nobody gets a reply and the side stream is closed, by reset or
+// (ext_proc_graceful_grpc_close) by half-close (ext_proc.cc:847-876).
 func TestLocalReply_ClientGoneDuringReply(t *testing.T) {
+	for _, tt := range []struct {
+		style CloseStyle
+		want  string
+	}{{CloseReset, "cancelled"}, {CloseGraceful, "eof"}} {
+		t.Run(tt.style.String(), func(t *testing.T) { clientGoneDuringReply(t, tt.style, tt.want) })
+	}
+}
+
+func clientGoneDuringReply(t *testing.T, style CloseStyle, want string) {
 	rec := &recorder{}
 	ended := make(chan string, 1)
-	sim := newSim(t, Config{Mode: mode(bodyBuffered, true, bodyStreamed), BufferLimitBytes: 8}, func(s stream) error {
+	sim := newSim(t, Config{Mode: mode(bodyBuffered, true, bodyStreamed), BufferLimitBytes: 8, Close: style}, func(s stream) error {
 		for {
 			m, err := s.Recv()
 			if err != nil {
@@ -213,8 +223,8 @@ func TestLocalReply_ClientGoneDuringReply(t *testing.T) {
 	if !errors.Is(err, ErrDisconnected) {
 		t.Fatalf("Do: %v, want ErrDisconnected", err)
 	}
-	if got := waitFor(t, ended, "server stream end"); got != "cancelled" {
-		t.Errorf("server stream ended %s", got)
+	if got := waitFor(t, ended, "server stream end"); got != want {
+		t.Errorf("server stream ended %s, want %s", got, want)
 	}
 }
 
