@@ -23,7 +23,7 @@ func load(doc []byte) (*bootstrapv3.Bootstrap, error) {
 	if err != nil {
 		return nil, err
 	}
-	return b, envoy.CheckBootstrap(b, envoy.LongestQueueWait)
+	return b, envoy.CheckBootstrap(b, envoy.Defaults())
 }
 
 func TestBootstrapsAreValid(t *testing.T) {
@@ -166,10 +166,9 @@ func TestBootstrapMutationsFail(t *testing.T) {
 		{"circuit breakers", "{max_connections: 40000, max_pending_requests: 40000, max_requests: 40000}", "{max_connections: 40000, max_pending_requests: 40000}", "max_requests is 0 (default 1024 when unset)"},
 		{"buffer limit", "per_connection_buffer_limit_bytes: 8388608", "per_connection_buffer_limit_bytes: 1048576", "per_connection_buffer_limit_bytes is 1048576"},
 		{"header strip", "- remove: x-gateway-destination-endpoint", "- remove: x-other", "do not remove x-gateway-destination-endpoint"},
-		{"preemption mapper", "'ext_proc_error_gRPC_error_14{scheduler_preempted}'", "'ext_proc_error_gRPC_error_13{scheduler_preempted}'", "no mapper with the envoy.access_loggers.extension_filters.cel filter"},
-		{"preemption status", "status_code: 503", "status_code: 500", "status_code is 500"},
-		{"preemption header", `{key: retry-after, value: "1"}`, `{key: retry-after, value: "2"}`, `retry-after is "2"`},
-		{"preemption body", `"param":null`, `"param":"x"`, "inline_string is"},
+		{"no source.address", "request_attributes: [source.address]", "request_attributes: [source.port]", "request_attributes must list source.address"},
+		{"response headers not holdable", "send_body_without_waiting_for_header_response: true", "send_body_without_waiting_for_header_response: false", "send_body_without_waiting_for_header_response must be true"},
+		{"body_format rewrites answers", "          http_filters:\n", "          local_reply_config: {body_format: {text_format: \"%RESPONSE_CODE%\"}}\n          http_filters:\n", "body_format must be unset"},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			_, err := load(m.apply(t, read(t, "envoy.yaml")))
@@ -181,7 +180,9 @@ func TestBootstrapMutationsFail(t *testing.T) {
 func TestFullDuplexMutationsFail(t *testing.T) {
 	for _, m := range []mutation{
 		{"trailers", "request_trailer_mode: SEND", "request_trailer_mode: SKIP", "FULL_DUPLEX_STREAMED requires SEND"},
-		{"fail open", "failure_mode_allow: false", "failure_mode_allow: true", "FULL_DUPLEX_STREAMED requires failure_mode_allow false"},
+		{"no source.address", "request_attributes: [source.address]", "", "request_attributes must list source.address"},
+		{"response headers not holdable", "              send_body_without_waiting_for_header_response: true\n", "", "send_body_without_waiting_for_header_response must be true"},
+		{"fail open", "failure_mode_allow: false", "failure_mode_allow: true", "FULL_DUPLEX_STREAMED with failure_mode_allow true"},
 		{"stream idle", "stream_idle_timeout: 330s", "stream_idle_timeout: 120s", "stream_idle_timeout is 2m0s"},
 	} {
 		t.Run(m.name, func(t *testing.T) {
@@ -203,4 +204,19 @@ func TestValidateDeepReachesAny(t *testing.T) {
 		t.Fatalf("Bootstrap.ValidateAll() = %v; want nil (it does not look inside Any)", err)
 	}
 	wantError(t, envoy.ValidateDeep(b), "value must be inside range [0s, 1h0m0s]")
+}
+
+// TestSourceAddressNeededOnlyWhenRead: a tollgate run with
+// --client-ip-source x-forwarded-for does not read the attribute, so a
+// configuration without it passes.
+func TestSourceAddressNeededOnlyWhenRead(t *testing.T) {
+	doc := mutation{"", "request_attributes: [source.address]", "request_attributes: []", ""}.apply(t, read(t, "envoy.yaml"))
+	b, err := envoy.DecodeBootstrap(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := envoy.CheckBootstrap(b, envoy.Needs{LongestQueueWait: envoy.LongestQueueWait}); err != nil {
+		t.Errorf("x-forwarded-for tollgate: %v", err)
+	}
+	wantError(t, envoy.CheckBootstrap(b, envoy.Defaults()), "request_attributes must list source.address")
 }

@@ -1,8 +1,6 @@
 package envoy
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,7 +11,6 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	celv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/filters/cel/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -44,11 +41,9 @@ func checkTimer(p *problems, where, field string, d *durationpb.Duration, unset,
 	}
 }
 
-// CheckBootstrap applies Envoy's load-time rules and tollgate's
-// requirements to a decoded standalone bootstrap. longest is tollgate's
-// longest queue wait (LongestQueueWait unless the operator raised SMG's
-// bulk queue timeout).
-func CheckBootstrap(b *bootstrapv3.Bootstrap, longest time.Duration) error {
+// CheckBootstrap applies Envoy's load-time rules and the requirements n of
+// the tollgate behind it to a decoded standalone bootstrap.
+func CheckBootstrap(b *bootstrapv3.Bootstrap, n Needs) error {
 	var p problems
 	clusters := map[string]*clusterv3.Cluster{}
 	for _, c := range b.GetStaticResources().GetClusters() {
@@ -67,16 +62,16 @@ func CheckBootstrap(b *bootstrapv3.Bootstrap, longest time.Duration) error {
 					continue // not an HCM
 				}
 				where := fmt.Sprintf("listener %s: filter_chains[%d]: %s", l.GetName(), i, f.GetName())
-				n := countFilter(hcm.GetHttpFilters(), extProcFilter)
-				if n == 0 {
+				count := countFilter(hcm.GetHttpFilters(), extProcFilter)
+				if count == 0 {
 					continue
 				}
-				extProcs += n
+				extProcs += count
 				if l.GetPerConnectionBufferLimitBytes().GetValue() < MinBodyBufferBytes {
 					p.addf("listener "+l.GetName(), "per_connection_buffer_limit_bytes is %d; want at least %d so BUFFERED bodies fit",
 						l.GetPerConnectionBufferLimitBytes().GetValue(), MinBodyBufferBytes)
 				}
-				p.add(checkHCM(where, hcm, clusters, longest)...)
+				p.add(checkHCM(where, hcm, clusters, n)...)
 			}
 		}
 	}
@@ -98,10 +93,11 @@ func countFilter(fs []*hcmv3.HttpFilter, name string) int {
 
 // checkHCM checks one HTTP connection manager that runs tollgate: filter
 // order, the ext_proc filter and its cluster, the timers and the routes.
-func checkHCM(where string, hcm *hcmv3.HttpConnectionManager, clusters map[string]*clusterv3.Cluster, longest time.Duration) []error {
+func checkHCM(where string, hcm *hcmv3.HttpConnectionManager, clusters map[string]*clusterv3.Cluster, n Needs) []error {
 	var p problems
+	longest := n.LongestQueueWait
 	p.add(CheckHCMTimers(where, hcm, longest)...)
-	p.add(CheckPreemptionReply(where, hcm.GetLocalReplyConfig())...)
+	p.add(CheckLocalReplyConfig(where, hcm.GetLocalReplyConfig())...)
 	p.add(CheckFilterOrder(where, hcm.GetHttpFilters())...)
 	for _, f := range hcm.GetHttpFilters() {
 		if f.GetName() != extProcFilter {
@@ -112,7 +108,7 @@ func checkHCM(where string, hcm *hcmv3.HttpConnectionManager, clusters map[strin
 			p.addf(where+": "+extProcFilter, "%v", err)
 			continue
 		}
-		p.add(CheckExtProc(where+": "+extProcFilter, ep, longest)...)
+		p.add(CheckExtProc(where+": "+extProcFilter, ep, n)...)
 		if name := ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(); name != "" {
 			c, ok := clusters[name]
 			if !ok {
@@ -203,9 +199,10 @@ func CheckHeaderStrip(where string, f *hcmv3.HttpFilter) []error {
 // CheckExtProc applies Envoy's load-time rules for an ext_proc filter and
 // tollgate's requirements: gRPC, fail closed with 503, BUFFERED or
 // FULL_DUPLEX_STREAMED request bodies, response headers sent and body
-// streamed, the envoy.lb namespace, and a message timer that can outlast
-// the longest queue wait.
-func CheckExtProc(where string, ep *extprocv3.ExternalProcessor, longest time.Duration) []error {
+// streamed with send_body_without_waiting_for_header_response, the
+// envoy.lb namespace, the source.address attribute when tollgate reads it,
+// and a message timer that can outlast the longest queue wait.
+func CheckExtProc(where string, ep *extprocv3.ExternalProcessor, n Needs) []error {
 	var p problems
 	grpc, http := ep.GetGrpcService() != nil, ep.GetHttpService() != nil
 	if grpc == http {
@@ -229,7 +226,14 @@ func CheckExtProc(where string, ep *extprocv3.ExternalProcessor, longest time.Du
 	if !slices.Contains(ep.GetMetadataOptions().GetReceivingNamespaces().GetUntyped(), LBNamespace) {
 		p.addf(where, "metadata_options.receiving_namespaces.untyped must list %s, or Envoy drops tollgate's routing metadata", LBNamespace)
 	}
-	p.add(checkProcessingMode(where, ep, longest)...)
+	if n.SourceAddress && !slices.Contains(ep.GetRequestAttributes(), SourceAddressAttribute) {
+		p.addf(where, "request_attributes must list %s: tollgate reads the client address of ip: tenants from it (--client-ip-source source-address, the default), and Envoy sends only listed attributes, so every unauthenticated client would be one tenant; list it, or run tollgate with --client-ip-source x-forwarded-for",
+			SourceAddressAttribute)
+	}
+	if !ep.GetSendBodyWithoutWaitingForHeaderResponse() {
+		p.addf(where, "send_body_without_waiting_for_header_response must be true: without it tollgate cannot hold a streamed response's headers, and a victim preempted before its first token gets a reset instead of the 503")
+	}
+	p.add(checkProcessingMode(where, ep, n.LongestQueueWait)...)
 	return p
 }
 
@@ -261,7 +265,8 @@ func checkProcessingMode(where string, ep *extprocv3.ExternalProcessor, longest 
 	if pm.GetResponseBodyMode() != extprocv3.ProcessingMode_STREAMED {
 		p.addf(where, "processing_mode.response_body_mode is %v; want STREAMED (tollgate watches for the first token and the end of stream)", pm.GetResponseBodyMode())
 	}
-	// Envoy refuses FULL_DUPLEX_STREAMED without trailers and with fail-open.
+	// Envoy refuses FULL_DUPLEX_STREAMED without trailers sent. Only 1.35
+	// refuses it with fail-open; tollgate needs fail-closed anyway.
 	for _, d := range []struct {
 		dir     string
 		body    extprocv3.ProcessingMode_BodySendMode
@@ -275,7 +280,7 @@ func checkProcessingMode(where string, ep *extprocv3.ExternalProcessor, longest 
 				p.addf(where, "processing_mode.%s_trailer_mode is %v; FULL_DUPLEX_STREAMED requires SEND", d.dir, d.trailer)
 			}
 			if ep.GetFailureModeAllow() {
-				p.addf(where, "FULL_DUPLEX_STREAMED requires failure_mode_allow false")
+				p.addf(where, "FULL_DUPLEX_STREAMED with failure_mode_allow true: Envoy 1.35 rejects it, later releases fail open (bypassing tollgate) until the first body chunk; want false")
 			}
 		} else if !skip(d.trailer) {
 			p.addf(where, "processing_mode.%s_trailer_mode is %v; want SKIP (tollgate does not process trailers outside FULL_DUPLEX_STREAMED)", d.dir, d.trailer)
@@ -298,63 +303,15 @@ func checkProcessingMode(where string, ep *extprocv3.ExternalProcessor, longest 
 	return p
 }
 
-// CheckPreemptionReply requires the local-reply mapper that turns Envoy's
-// reply to a stream ended with gRPC UNAVAILABLE "scheduler_preempted" into
-// SMG's preemption answer: 503, its headers and its JSON body.
-func CheckPreemptionReply(where string, lrc *hcmv3.LocalReplyConfig) []error {
-	where += ": local_reply_config"
+// CheckLocalReplyConfig requires a local_reply_config that leaves
+// tollgate's answers alone: no body_format, which would rewrite the JSON
+// body of every ImmediateResponse tollgate sends (SMG's preemption answer
+// included).
+func CheckLocalReplyConfig(where string, lrc *hcmv3.LocalReplyConfig) []error {
 	if lrc.GetBodyFormat() != nil {
-		return []error{fmt.Errorf("%s: body_format must be unset, or it rewrites tollgate's own JSON rejections", where)}
+		return []error{fmt.Errorf("%s: local_reply_config: body_format must be unset, or it rewrites tollgate's own JSON answers", where)}
 	}
-	for i, m := range lrc.GetMappers() {
-		ext := m.GetFilter().GetExtensionFilter()
-		if ext == nil || ext.GetName() != celFilterName {
-			continue
-		}
-		cel, err := Unpack[*celv3.ExpressionFilter](ext.GetTypedConfig())
-		if err != nil || cel.GetExpression() != PreemptedExpression {
-			continue
-		}
-		return checkPreemptionMapper(fmt.Sprintf("%s: mappers[%d]", where, i), m)
-	}
-	return []error{fmt.Errorf("%s: no mapper with the %s filter %q", where, celFilterName, PreemptedExpression)}
-}
-
-func checkPreemptionMapper(where string, m *hcmv3.ResponseMapper) []error {
-	var p problems
-	if m.GetStatusCode().GetValue() != 503 {
-		p.addf(where, "status_code is %d; want 503", m.GetStatusCode().GetValue())
-	}
-	got := map[string]string{}
-	for _, h := range m.GetHeadersToAdd() {
-		got[strings.ToLower(h.GetHeader().GetKey())] = h.GetHeader().GetValue()
-	}
-	for k, v := range PreemptedHeaders {
-		if got[k] != v {
-			p.addf(where, "headers_to_add %s is %q; want %q", k, got[k], v)
-		}
-	}
-	bf := m.GetBodyFormatOverride()
-	if bf.GetContentType() != "application/json" {
-		p.addf(where, "body_format_override.content_type is %q; want application/json", bf.GetContentType())
-	}
-	if body := bf.GetTextFormatSource().GetInlineString(); !sameJSON(body, PreemptedBody) {
-		p.addf(where, "body_format_override.text_format_source.inline_string is %q; want %s", body, PreemptedBody)
-	} else if strings.Contains(body, "%") {
-		p.addf(where, "the body must not contain %% (a substitution command)")
-	}
-	return p
-}
-
-// sameJSON reports whether a and b are the same JSON value.
-func sameJSON(a, b string) bool {
-	var va, vb any
-	if json.Unmarshal([]byte(a), &va) != nil || json.Unmarshal([]byte(b), &vb) != nil {
-		return false
-	}
-	ja, _ := json.Marshal(va)
-	jb, _ := json.Marshal(vb)
-	return bytes.Equal(ja, jb)
+	return nil
 }
 
 // CheckRoute requires a route's own timers to outlast the longest queue

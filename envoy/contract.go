@@ -17,17 +17,9 @@ const (
 	// same value into; Envoy drops it unless ext_proc may receive it.
 	LBNamespace = "envoy.lb"
 
-	// PreemptedDetails is Envoy's response code details for the local reply
-	// it sends when tollgate ends a preempted request's stream with gRPC
-	// UNAVAILABLE (14) and the message "scheduler_preempted".
-	PreemptedDetails = "ext_proc_error_gRPC_error_14{scheduler_preempted}"
-
-	// PreemptedExpression is the CEL filter that selects that local reply.
-	PreemptedExpression = "response.code_details == '" + PreemptedDetails + "'"
-
-	// PreemptedBody is SMG's JSON body for a preempted request.
-	PreemptedBody = `{"error":{"type":"Service Unavailable","code":"scheduler_preempted",` +
-		`"message":"request preempted by higher-priority traffic","param":null}}`
+	// SourceAddressAttribute is the ext_proc request attribute tollgate
+	// reads the client address of ip: tenants from, by default.
+	SourceAddressAttribute = "source.address"
 
 	// MinCircuitBreaker is the least each circuit breaker threshold of the
 	// ext_proc and worker clusters may be. Every held request is one gRPC
@@ -44,12 +36,21 @@ const (
 	extProcFilter        = "envoy.filters.http.ext_proc"
 	headerMutationFilter = "envoy.filters.http.header_mutation"
 	routerFilter         = "envoy.filters.http.router"
-	celFilterName        = "envoy.access_loggers.extension_filters.cel"
 )
 
-// PreemptedHeaders are the headers SMG sends with a preempted request's 503.
-var PreemptedHeaders = map[string]string{
-	"x-smg-preempted":  "true",
-	"x-smg-error-code": "scheduler_preempted",
-	"retry-after":      "1",
+// Needs is what the checks must know about the tollgate behind a
+// configuration.
+type Needs struct {
+	// LongestQueueWait is tollgate's longest queue wait: LongestQueueWait
+	// unless the operator raised SMG's bulk queue timeout.
+	LongestQueueWait time.Duration
+	// SourceAddress is set when tollgate reads the client address of ip:
+	// tenants from the source.address request attribute
+	// (--client-ip-source source-address, the default).
+	SourceAddress bool
+}
+
+// Defaults is what tollgate run with its default flags needs.
+func Defaults() Needs {
+	return Needs{LongestQueueWait: LongestQueueWait, SourceAddress: true}
 }

@@ -11,10 +11,14 @@
 // message including those packed in google.protobuf.Any, and then applies
 // the checks Envoy itself only makes at load time (ORIGINAL_DST needs
 // CLUSTER_PROVIDED, FULL_DUPLEX_STREAMED needs trailers and fail-closed,
-// and so on) plus tollgate's own requirements: fail closed, the envoy.lb
-// metadata namespace, the processing modes tollgate depends on, an HTTP/2
-// ext_proc cluster with raised circuit breakers, and every timer that
-// counts queue time longer than tollgate's longest queue wait.
+// and so on) plus tollgate's own requirements (Needs): fail closed, the
+// envoy.lb metadata namespace, the processing modes tollgate depends on,
+// send_body_without_waiting_for_header_response, the source.address
+// request attribute while tollgate reads it, an HTTP/2 ext_proc cluster
+// with raised circuit breakers, and every timer that counts queue time
+// longer than tollgate's longest queue wait.
+//
+// The standalone bootstraps need Envoy 1.36 or later (status_on_error).
 //
 // Invariants: decoding never panics on input; every check returns all the
 // problems it finds, joined, each naming the object and field at fault.

@@ -88,8 +88,9 @@ func checkGatewayTimer(p *problems, where, field string, d *gwapiv1.Duration, un
 // message timeout above the longest queue wait, the backend policy routes
 // by DestinationHeader to the same routes, and the client policy gives the
 // listener room for BUFFERED bodies and timers that outlast queueing.
-func (g *GatewayPolicies) CheckGateway(longest time.Duration) error {
+func (g *GatewayPolicies) CheckGateway(n Needs) error {
 	var p problems
+	longest := n.LongestQueueWait
 	if len(g.Extension) == 0 || len(g.Backend) == 0 || len(g.Client) == 0 {
 		p.addf("envoy gateway", "want at least one each of EnvoyExtensionPolicy, BackendTrafficPolicy and ClientTrafficPolicy; got %d, %d, %d",
 			len(g.Extension), len(g.Backend), len(g.Client))
@@ -105,7 +106,7 @@ func (g *GatewayPolicies) CheckGateway(longest time.Duration) error {
 			p.addf(where, "has %d extProc entries; want 1", len(e.Spec.ExtProc))
 		}
 		for i := range e.Spec.ExtProc {
-			p.add(checkGatewayExtProc(fmt.Sprintf("%s: extProc[%d]", where, i), &e.Spec.ExtProc[i], longest)...)
+			p.add(checkGatewayExtProc(fmt.Sprintf("%s: extProc[%d]", where, i), &e.Spec.ExtProc[i], n)...)
 		}
 	}
 	for _, b := range g.Backend {
@@ -144,8 +145,9 @@ func checkTargets(where string, refs []gwapiv1.LocalPolicyTargetReferenceWithSec
 	return nil
 }
 
-func checkGatewayExtProc(where string, x *egv1a1.ExtProc, longest time.Duration) []error {
+func checkGatewayExtProc(where string, x *egv1a1.ExtProc, n Needs) []error {
 	var p problems
+	longest := n.LongestQueueWait
 	if len(x.BackendRefs) == 0 {
 		p.addf(where, "backendRefs is empty")
 	}
@@ -181,6 +183,10 @@ func checkGatewayExtProc(where string, x *egv1a1.ExtProc, longest time.Duration)
 	}
 	if pm == nil || pm.Response == nil || pm.Response.Body == nil || *pm.Response.Body != egv1a1.StreamedExtProcBodyProcessingMode {
 		p.addf(where, "processingMode.response.body must be Streamed (tollgate watches for the first token and the end of stream)")
+	}
+	if n.SourceAddress && (pm == nil || pm.Request == nil || !slices.Contains(pm.Request.Attributes, SourceAddressAttribute)) {
+		p.addf(where, "processingMode.request.attributes must list %s: tollgate reads the client address of ip: tenants from it (--client-ip-source source-address, the default); list it, or run tollgate with --client-ip-source x-forwarded-for",
+			SourceAddressAttribute)
 	}
 	if pm != nil && pm.AllowModeOverride {
 		p.addf(where, "processingMode.allowModeOverride must be false")

@@ -45,7 +45,7 @@ func loadGateway(files map[string]string) (*envoy.GatewayPolicies, error) {
 			}
 		}
 	}
-	return g, g.CheckGateway(envoy.LongestQueueWait)
+	return g, g.CheckGateway(envoy.Defaults())
 }
 
 func TestGatewayPoliciesAreValid(t *testing.T) {
@@ -90,6 +90,7 @@ func TestGatewayMutationsFail(t *testing.T) {
 		{eep, mutation{"request body", "body: Buffered", "body: Streamed", "processingMode.request.body must be Buffered or FullDuplexStreamed"}},
 		{eep, mutation{"response body", "body: Streamed", "body: Buffered", "processingMode.response.body must be Streamed"}},
 		{eep, mutation{"namespace", "- envoy.lb", "- envoy.filters.http.ext_proc", "metadata.writableNamespaces must list envoy.lb"}},
+		{eep, mutation{"no source.address", "attributes: [source.address]", "attributes: [source.port]", "processingMode.request.attributes must list source.address"}},
 		{eep, mutation{"status on error", "statusOnError: 503", "statusOnError: 500", "statusOnError must be 503"}},
 		{eep, mutation{"circuit breaker", "maxParallelRequests: 40000", "maxParallelRequests: 1024", "circuitBreaker.maxParallelRequests is below"}},
 		{btp, mutation{"header", "header: x-gateway-destination-endpoint", "header: x-other", "must read header x-gateway-destination-endpoint"}},

@@ -102,7 +102,7 @@ type decodedPatch struct {
 // type, validates it (fully for ADD and INSERT_* patches; MERGE values are
 // partial, so only decoded), and checks that together the patches wire
 // tollgate into an ingress gateway as the standalone bootstrap does.
-func CheckEnvoyFilter(ef *istioclient.EnvoyFilter, longest time.Duration) error {
+func CheckEnvoyFilter(ef *istioclient.EnvoyFilter, n Needs) error {
 	var p problems
 	name := "EnvoyFilter " + ef.Namespace + "/" + ef.Name
 	spec := &ef.Spec
@@ -136,14 +136,14 @@ func CheckEnvoyFilter(ef *istioclient.EnvoyFilter, longest time.Duration) error 
 		}
 		patches = append(patches, decodedPatch{where, cp, m})
 	}
-	p.add(checkIstioFilters(name, patches, longest)...)
-	p.add(checkIstioRouting(name, patches, longest)...)
+	p.add(checkIstioFilters(name, patches, n)...)
+	p.add(checkIstioRouting(name, patches, n.LongestQueueWait)...)
 	return p.err()
 }
 
 // checkIstioFilters checks the HTTP filter inserts, the HCM merge and the
 // listener merge.
-func checkIstioFilters(name string, patches []decodedPatch, longest time.Duration) []error {
+func checkIstioFilters(name string, patches []decodedPatch, n Needs) []error {
 	var p problems
 	var chain []*hcmv3.HttpFilter
 	hcms, listeners := 0, 0
@@ -157,7 +157,7 @@ func checkIstioFilters(name string, patches []decodedPatch, longest time.Duratio
 			}
 			chain = append(chain, v)
 			if v.GetName() == extProcFilter {
-				p.add(checkIstioExtProc(dp.where, v, longest)...)
+				p.add(checkIstioExtProc(dp.where, v, n)...)
 			}
 		case *listenerv3.Filter:
 			hcm, err := Unpack[*hcmv3.HttpConnectionManager](v.GetTypedConfig())
@@ -166,8 +166,8 @@ func checkIstioFilters(name string, patches []decodedPatch, longest time.Duratio
 				continue
 			}
 			hcms++
-			p.add(CheckHCMTimers(dp.where, hcm, longest)...)
-			p.add(CheckPreemptionReply(dp.where, hcm.GetLocalReplyConfig())...)
+			p.add(CheckHCMTimers(dp.where, hcm, n.LongestQueueWait)...)
+			p.add(CheckLocalReplyConfig(dp.where, hcm.GetLocalReplyConfig())...)
 		case *listenerv3.Listener:
 			listeners++
 			if got := v.GetPerConnectionBufferLimitBytes().GetValue(); got < MinBodyBufferBytes {
@@ -179,7 +179,7 @@ func checkIstioFilters(name string, patches []decodedPatch, longest time.Duratio
 	chain = append(chain, &hcmv3.HttpFilter{Name: routerFilter})
 	p.add(CheckFilterOrder(name+": HTTP_FILTER patches", chain)...)
 	if hcms != 1 {
-		p.addf(name, "has %d NETWORK_FILTER MERGE patches of the HCM; want 1 (timers and the preemption reply)", hcms)
+		p.addf(name, "has %d NETWORK_FILTER MERGE patches of the HCM; want 1 (its timers)", hcms)
 	}
 	if listeners != 1 {
 		p.addf(name, "has %d LISTENER patches; want 1 raising per_connection_buffer_limit_bytes", listeners)
@@ -189,12 +189,12 @@ func checkIstioFilters(name string, patches []decodedPatch, longest time.Duratio
 
 // checkIstioExtProc checks the inserted ext_proc filter and the Istio
 // cluster name it points at.
-func checkIstioExtProc(where string, f *hcmv3.HttpFilter, longest time.Duration) []error {
+func checkIstioExtProc(where string, f *hcmv3.HttpFilter, n Needs) []error {
 	ep, err := Unpack[*extprocv3.ExternalProcessor](f.GetTypedConfig())
 	if err != nil {
 		return []error{fmt.Errorf("%s: %w", where, err)}
 	}
-	errs := CheckExtProc(where, ep, longest)
+	errs := CheckExtProc(where, ep, n)
 	// Istio names a Service's cluster outbound|PORT||HOST.
 	cn := ep.GetGrpcService().GetEnvoyGrpc().GetClusterName()
 	parts := strings.Split(cn, "|")

@@ -23,7 +23,7 @@ func loadEnvoyFilter(doc []byte) (*istioclient.EnvoyFilter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ef, envoy.CheckEnvoyFilter(ef, envoy.LongestQueueWait)
+	return ef, envoy.CheckEnvoyFilter(ef, envoy.Defaults())
 }
 
 func TestEnvoyFilterIsValid(t *testing.T) {
@@ -56,8 +56,9 @@ func patchOf[T proto.Message](t *testing.T, ef *istioclient.EnvoyFilter, m T, ok
 
 // TestEnvoyFilterMatchesBootstrap keeps the Istio patches equal to the
 // standalone bootstrap where they describe the same thing: the ext_proc
-// filter (but for Istio's cluster name), the worker cluster (but for its
-// name) and the preemption reply.
+// filter (but for Istio's cluster name; request_attributes and
+// send_body_without_waiting_for_header_response included), the worker
+// cluster (but for its name) and the local reply settings.
 func TestEnvoyFilterMatchesBootstrap(t *testing.T) {
 	b, err := load([]byte(read(t, "envoy.yaml")))
 	if err != nil {
@@ -128,7 +129,8 @@ func TestEnvoyFilterMutationsFail(t *testing.T) {
 		{"route name", "name: tollgate-inference", "name: \"\"", "must name the inference route"},
 		{"stream idle", "stream_idle_timeout: 330s", "stream_idle_timeout: 300s", "stream_idle_timeout is 5m0s"},
 		{"buffer", "per_connection_buffer_limit_bytes: 8388608", "per_connection_buffer_limit_bytes: 32768", "per_connection_buffer_limit_bytes is 32768"},
-		{"preemption reply", "status_code: 503", "status_code: 429", "status_code is 429"},
+		{"no source.address", "request_attributes: [source.address]", "request_attributes: []", "request_attributes must list source.address"},
+		{"response headers not holdable", "send_body_without_waiting_for_header_response: true", "send_body_without_waiting_for_header_response: false", "send_body_without_waiting_for_header_response must be true"},
 		{"filter order", "name: envoy.filters.http.header_mutation", "name: envoy.filters.http.lua", "needs a envoy.filters.http.header_mutation filter before"},
 	} {
 		t.Run(m.name, func(t *testing.T) {

@@ -115,29 +115,38 @@
 // and, at the next deadline, releases the headers. Only requests that some
 // higher can_preempt class could preempt are held.
 //
-// When the scheduler preempts a request:
+// When the scheduler preempts a request before its first token, it is
+// answered with the ImmediateResponse 503 scheduler_preempted, Retry-After:
+// 1, X-SMG-Error-Code, X-SMG-Preempted: true and SMG's JSON body, whatever
+// is outstanding: Envoy accepts an unsolicited ImmediateResponse whenever
+// its processing is not complete. With no response started it becomes
+// Envoy's local reply; with the response headers held it goes straight to
+// the client; once the headers went out Envoy can only reset the stream.
+// After its first token went out, the victim has won the race and carries
+// on; its slot is freed when it ends. In every case the victim then
+// reports Cancel. With response modes that cannot hold (BUFFERED, NONE,
+// STREAMED without the flag) the headers are answered at once.
 //
-//   - with its response headers held (or its route not yet sent), it is
-//     answered with the ImmediateResponse 503 scheduler_preempted,
-//     Retry-After: 1, X-SMG-Preempted: true;
-//   - with no message outstanding (for example still waiting for the
-//     worker's response headers), its stream ends with gRPC status
-//     Unavailable "scheduler_preempted", which the shipped Envoy
-//     configurations map to the same 503 (status_on_error); if the response
-//     had already started, the client sees a reset;
-//   - after its first token went out, the victim has won the race and
-//     carries on; its slot is freed when it ends.
+// # Envoy's own answers
 //
-// In every case the victim then reports Cancel. With response modes that
-// cannot hold (BUFFERED, NONE, STREAMED without the flag) the headers are
-// answered at once.
+// Since Envoy 1.37 its own local replies pass through ext_proc while
+// processing is incomplete: the 413 for a BUFFERED body over the listener
+// buffer, the connection manager's 504 (or 408) when stream_idle_timeout
+// or request_timeout fires on a held request, and the router's 503s.
+// Response headers that arrive before the route are such a reply: the
+// request leaves the scheduler at once (Cancel, so its queue place or slot
+// is free), held request messages are dropped, and the reply is answered
+// with CONTINUE to its end, where the stream ends cleanly. The client sees
+// Envoy's status. After the route, only a 2xx response is a worker's: any
+// other status is never a first token and feeds no usage comparison.
+// tollgate_envoy_local_replies_total counts the replies before the route.
 //
 // # Accounting limits
 //
 // tollgate sees a request's end only through the response messages Envoy
 // sends it. With response_header_mode SKIP and no response body mode, Envoy
-// closes the side stream right after the route, and tollgate reports Done
-// then: the scheduler's load bookkeeping then tracks admissions, not running
+// 1.37+ closes the side stream right after the route (earlier releases when
+// the request ends), and tollgate reports Done then: the scheduler's load bookkeeping then tracks admissions, not running
 // requests. The shipped configurations send response headers and a streamed
 // response body.
 //

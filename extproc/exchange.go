@@ -39,11 +39,15 @@ const (
 	stageQueued
 	// stageRouted: answered with a route; following the response.
 	stageRouted
+	// stageEnvoyReply: Envoy answered the request itself before the route
+	// (Envoy 1.37+ sends its own local replies through ext_proc); its
+	// response passes through unchanged.
+	stageEnvoyReply
 	// stageOver: an immediate response or an error ended the exchange.
 	stageOver
 )
 
-var stageNames = [...]string{"start", "body", "queued", "routed", "over"}
+var stageNames = [...]string{"start", "body", "queued", "routed", "envoy-reply", "over"}
 
 func (s stage) String() string { return stageNames[s] }
 
@@ -145,6 +149,10 @@ type exchange struct {
 
 	// Response.
 	respStarted bool
+	// respWorker: the response is a worker's 2xx answer. Anything else (a
+	// worker error, or a 503 Envoy's router made up) is no first token and
+	// carries no usage.
+	respWorker  bool
 	respHeld    bool
 	respPending []respChunk
 	respTimer   envoyTimer
@@ -311,24 +319,26 @@ func (x *exchange) leaveQueue(now time.Time, queued bool, class string) {
 	}
 }
 
-// preempt ends an admitted request chosen as a victim. With its response
-// headers held, the victim gets the 503 answer; with no message
-// outstanding the stream ends with codes.Unavailable "scheduler_preempted",
-// which the shipped Envoy configurations map to the same 503. Once the
-// first token went out the victim has won the race and carries on.
-func (x *exchange) preempt(now time.Time) step {
+// preempt ends an admitted request chosen as a victim with SMG's 503
+// preemption answer as an ImmediateResponse. Envoy accepts an unsolicited
+// ImmediateResponse whenever its processing is not complete
+// (ext_proc.cc:1876-1899): with no response started it becomes a local
+// reply, with the response headers held it goes straight to the client,
+// and once the headers went out Envoy resets the stream. Once the first
+// token went out the victim has won the race and carries on.
+func (x *exchange) preempt(time.Time) step {
 	x.preempted = true
 	if x.firstToken || x.reported {
 		x.log.Debug("preemption after the first token ignored", "request", x.id)
 		return step{}
 	}
 	x.report(evCancel)
-	if x.respHeld {
-		return x.reject(now, &rejection{reason: reasonPreempted})
-	}
 	x.stage = stageOver
-	x.p.metrics.rejections.WithLabelValues(answerTable[reasonPreempted].code).Inc()
-	return step{end: true, err: status.Error(codes.Unavailable, answerTable[reasonPreempted].code)}
+	x.respHeld, x.respPending, x.respTimer = false, nil, envoyTimer{}
+	r := &rejection{reason: reasonPreempted}
+	x.p.metrics.rejections.WithLabelValues(r.code()).Inc()
+	x.log.Debug("request preempted", "request", x.id, "answer", r.String())
+	return step{send: []*extprocv3.ProcessingResponse{immediateReply(r)}, end: true}
 }
 
 // onShutdown answers a waiting request when the dispatcher has stopped.

@@ -13,14 +13,30 @@ import (
 // filter sends.
 const attributesKey = "envoy.filters.http.ext_proc"
 
+// attrSourceAddress is the request attribute carrying the client address.
+// Envoy sends it only when the filter's request_attributes lists it
+// (ext_proc.cc:1607-1621).
+const attrSourceAddress = "source.address"
+
 // clientIP returns the client address per the configured source; never
-// Envoy's own peer address.
+// Envoy's own peer address. A missing source.address attribute is counted
+// and logged once: without it every unauthenticated client would fall into
+// one tenant.
 func (x *exchange) clientIP(m *extprocv3.ProcessingRequest) string {
 	if x.cfg.ClientIP == ClientIPForwardedFor {
 		return forwardedClient(x.hdr.forwardedFor, x.cfg.ForwardedForTrustedHops)
 	}
-	attrs := m.GetAttributes()[attributesKey]
-	return attrs.GetFields()["source.address"].GetStringValue()
+	v, ok := m.GetAttributes()[attributesKey].GetFields()[attrSourceAddress]
+	if !ok {
+		x.p.metrics.sourceAddressMissing.Inc()
+		if x.p.warnedSourceAddress.CompareAndSwap(false, true) {
+			x.log.Error("Envoy sent no source.address request attribute: ip: tenants cannot resolve and unauthenticated clients share the anonymous tenant; "+
+				"add request_attributes: [source.address] to the ext_proc filter, or run with --client-ip-source x-forwarded-for "+
+				"(logged once; tollgate_client_address_missing_total counts every such request)", "request", x.id)
+		}
+		return ""
+	}
+	return v.GetStringValue()
 }
 
 // duplex reports FULL_DUPLEX_STREAMED request bodies.
@@ -82,6 +98,9 @@ func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest,
 // requestBody accumulates the body, or answers chunks that arrive after
 // the decision (STREAMED without early body sending).
 func (x *exchange) requestBody(now time.Time, b *extprocv3.HttpBody) step {
+	if x.stage == stageEnvoyReply {
+		return step{} // Envoy's own reply stopped the request: nothing to answer
+	}
 	if x.stage == stageRouted && x.headersOnly { // never FULL_DUPLEX_STREAMED
 		return step{send: []*extprocv3.ProcessingResponse{requestBodyReply(nil)}}
 	}
@@ -132,6 +151,8 @@ func (x *exchange) requestTrailers(now time.Time) step {
 		return step{}
 	case stageRouted:
 		return step{send: []*extprocv3.ProcessingResponse{requestTrailersReply()}}
+	case stageEnvoyReply:
+		return step{} // Envoy's own reply stopped the request: nothing to answer
 	}
 	return x.protocolError("request trailers in stage %s", x.stage)
 }

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"strconv"
 	"time"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -27,17 +28,23 @@ func (x *exchange) accounted() bool { return x.admitted && !x.reported }
 
 // responseHeaders answers the response headers, or holds the answer while
 // the request can still be preempted, so that a victim can still get the
-// 503 preemption answer until its first token.
+// 503 preemption answer until its first token. Response headers before the
+// route are Envoy's own answer to the request (envoyReply).
 func (x *exchange) responseHeaders(now time.Time, h *extprocv3.HttpHeaders) step {
-	if x.stage != stageRouted {
+	switch x.stage {
+	case stageRouted:
+	case stageStart, stageBody, stageQueued:
+		return x.envoyReply(now, h)
+	default:
 		return x.protocolError("response headers in stage %s", x.stage)
 	}
 	x.respStarted = true
+	x.respWorker = successStatus(h)
 	if h.GetEndOfStream() {
 		x.finishResponse()
 		return step{send: []*extprocv3.ProcessingResponse{responseHeadersReply()}}
 	}
-	if x.accounted() && !x.firstToken && x.p.preemptible[x.who.priority] && x.canHoldResponse() {
+	if x.respWorker && x.accounted() && !x.firstToken && x.p.preemptible[x.who.priority] && x.canHoldResponse() {
 		x.respHeld = true
 		x.respTimer.start(now, x.cfg.EnvoyMessageTimeout, x.respMode != extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
 		return step{}
@@ -48,14 +55,17 @@ func (x *exchange) responseHeaders(now time.Time, h *extprocv3.HttpHeaders) step
 // responseBody follows the response: the first non-empty chunk is the
 // first token, end_of_stream is the end of the request.
 func (x *exchange) responseBody(now time.Time, b *extprocv3.HttpBody) step {
+	if x.stage == stageEnvoyReply {
+		return x.envoyReplyBody(b)
+	}
 	if x.stage != stageRouted {
 		return x.protocolError("response body in stage %s", x.stage)
 	}
 	body, eos := b.GetBody(), b.GetEndOfStream()
-	if x.admitted {
+	if x.admitted && x.respWorker {
 		x.usage.Feed(body)
 	}
-	if len(body) > 0 && !x.firstToken {
+	if len(body) > 0 && !x.firstToken && x.respWorker {
 		x.firstToken = true
 		if x.accounted() {
 			x.env.notify(evFirstToken, x.id)
@@ -85,12 +95,71 @@ func (x *exchange) responseBody(now time.Time, b *extprocv3.HttpBody) step {
 
 // responseTrailers end the response.
 func (x *exchange) responseTrailers(time.Time) step {
+	if x.stage == stageEnvoyReply {
+		return step{send: []*extprocv3.ProcessingResponse{responseTrailersReply()}, end: true}
+	}
 	if x.stage != stageRouted {
 		return x.protocolError("response trailers in stage %s", x.stage)
 	}
 	x.finishResponse()
 	out := x.releaseResponse()
 	return step{send: append(out, responseTrailersReply())}
+}
+
+// envoyReply handles response headers that arrive before the route: Envoy
+// answered the request itself. Since Envoy 1.37 (PR #41769 removed
+// skip_ext_proc_on_local_reply) encodeHeaders sends any response headers
+// to the processor while processing is incomplete (ext_proc.cc:1351-1393),
+// Envoy's own local replies included: the 413 for a body over the buffer
+// limit (filter_manager.cc:569-576) and the 504 or 408 of an HCM stream
+// idle or request timeout (conn_manager_impl.cc:1061-1077). The request is
+// over from Envoy's side: it leaves the scheduler at once (a client
+// departure: the slot and the queue place are free), the held request
+// messages are never answered, and the reply passes through unchanged
+// with CONTINUE until its end, where the stream ends cleanly.
+func (x *exchange) envoyReply(now time.Time, h *extprocv3.HttpHeaders) step {
+	code := responseStatus(h)
+	if x.stage == stageQueued {
+		x.leaveQueue(now, x.queued, "")
+	}
+	x.report(evCancel)
+	x.p.metrics.envoyReplies.WithLabelValues(strconv.Itoa(code)).Inc()
+	x.log.Debug("Envoy answered the request itself before the route", "request", x.id, "status", code, "stage", x.stage.String())
+	x.stage = stageEnvoyReply
+	x.held, x.body, x.reqTimer = nil, nil, envoyTimer{}
+	return step{send: []*extprocv3.ProcessingResponse{responseHeadersReply()}, end: h.GetEndOfStream()}
+}
+
+// envoyReplyBody passes a body chunk of Envoy's own reply through; its end
+// ends the stream.
+func (x *exchange) envoyReplyBody(b *extprocv3.HttpBody) step {
+	r := responseBodyReply()
+	if x.respMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		r = duplexResponseChunk(b.GetBody(), b.GetEndOfStream())
+	}
+	return step{send: []*extprocv3.ProcessingResponse{r}, end: b.GetEndOfStream()}
+}
+
+// responseStatus is the :status of response headers, 0 when absent or
+// not a three-digit status.
+func responseStatus(h *extprocv3.HttpHeaders) int {
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		if hv.GetKey() == ":status" {
+			n, err := strconv.Atoi(headerValue(hv))
+			if err != nil || n < 100 || n > 999 {
+				return 0
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// successStatus reports a 2xx response: a worker's answer. Envoy's
+// router-made replies (no healthy upstream, connect failure) are 503s.
+func successStatus(h *extprocv3.HttpHeaders) bool {
+	c := responseStatus(h)
+	return c >= 200 && c < 300
 }
 
 // releaseResponse answers the held response headers and the body chunks
@@ -126,7 +195,7 @@ func (x *exchange) finishResponse() {
 // compareUsage compares the prompt and cached-token estimates with the
 // usage the worker reported, once, and calibrates the tokenizer.
 func (x *exchange) compareUsage() {
-	if x.compared || x.plan == nil || !x.admitted {
+	if x.compared || x.plan == nil || !x.admitted || !x.respWorker {
 		return
 	}
 	u := x.usage.Usage()

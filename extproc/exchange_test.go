@@ -610,13 +610,23 @@ func TestExchange_PreemptionWithHeldResponseHeaders(t *testing.T) {
 	}
 }
 
+// TestExchange_PreemptionWithoutOutstandingMessage: Envoy accepts an
+// unsolicited ImmediateResponse whenever processing is not complete
+// (ext_proc.cc:1876-1899), so the victim gets SMG's full answer, not a gRPC
+// error that only a CEL local-reply mapper could turn into it.
 func TestExchange_PreemptionWithoutOutstandingMessage(t *testing.T) {
 	x, env := preemptible(t, proto{req: modeBuffered, resp: modeStreamed, early: true})
 	st := dispatched(false)
 	st.preempted = true
 	s := x.onTicket(t0, st)
-	if !s.end || status.Code(s.err) != codes.Unavailable || status.Convert(s.err).Message() != "scheduler_preempted" || len(s.send) != 0 {
+	if !s.end || s.err != nil || len(s.send) != 1 {
 		t.Fatalf("end %v err %v send %v", s.end, s.err, kinds(s.send))
+	}
+	ir := immediateOf(t, s)
+	h := headerMap(ir.GetHeaders())
+	if ir.GetStatus().GetCode() != 503 || h["x-smg-preempted"] != "true" || h["retry-after"] != "1" || h["x-smg-error-code"] != "scheduler_preempted" ||
+		!strings.Contains(string(ir.GetBody()), `"code":"scheduler_preempted"`) {
+		t.Errorf("status %d headers %v body %s", ir.GetStatus().GetCode(), h, ir.GetBody())
 	}
 	x.close(t0, errClientGone)
 	if !cmp.Equal([]note{{evCancel, 7}}, env.notes, cmp.AllowUnexported(note{})) {
@@ -705,8 +715,9 @@ func TestExchange_ProtocolErrors(t *testing.T) {
 	}
 	x, _, _ = newTestExchange(t, testConfig(nil))
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+	x.onTicket(t0, rejected(sched.Action{Outcome: sched.OutcomeQueueFull}))
 	if s := x.message(t0, respHeaders(false)); !s.end || status.Code(s.err) != codes.FailedPrecondition {
-		t.Errorf("response while queued: %v", s.err)
+		t.Errorf("response after an immediate response: %v", s.err)
 	}
 }
 

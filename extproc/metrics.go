@@ -54,6 +54,12 @@ type metrics struct {
 	cachedError     prometheus.Histogram
 	rejections      *prometheus.CounterVec
 	budgetExpired   prometheus.Counter
+	// envoyReplies counts Envoy's own answers (413, 504, ...) that reached
+	// tollgate through ext_proc before the route, by status.
+	envoyReplies *prometheus.CounterVec
+	// sourceAddressMissing counts requests without the source.address
+	// attribute while tollgate reads it.
+	sourceAddressMissing prometheus.Counter
 }
 
 func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metrics {
@@ -107,12 +113,21 @@ func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metr
 			Name: "tollgate_envoy_budget_expired_total",
 			Help: "Queued requests answered with a queue timeout because Envoy's message timer would have fired first.",
 		}),
+		envoyReplies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_envoy_local_replies_total",
+			Help: "Requests Envoy answered itself before tollgate routed them (413 body over the buffer, 504 or 408 stream or request timeout, ...), seen through ext_proc (Envoy 1.37 and later), by HTTP status. Their slot and queue place were freed at once.",
+		}, []string{"status"}),
+		sourceAddressMissing: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_client_address_missing_total",
+			Help: "Requests without the source.address request attribute while --client-ip-source is source-address: the ext_proc filter lacks request_attributes: [source.address], so ip: tenants cannot resolve.",
+		}),
 	}
 	// The Go runtime and process collectors expose goroutines, memory
 	// and CPU, which held-request sizing depends on.
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.smgQueueWait, m.clamp, m.unknownPriority, m.decisionLatency, m.admission,
-		m.queueWait, m.costError, m.cachedError, m.rejections, m.budgetExpired, newStatsCollector(stats))
+		m.queueWait, m.costError, m.cachedError, m.rejections, m.budgetExpired, m.envoyReplies, m.sourceAddressMissing,
+		newStatsCollector(stats))
 	return m
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/extproc/openai"
@@ -52,6 +53,9 @@ type planner struct {
 	preemptible [sched.NumPriorities]bool
 	// queueTimeout[p] is class p's queue timeout, 0 when admission is off.
 	queueTimeout [sched.NumPriorities]time.Duration
+	// warnedSourceAddress is set once the missing source.address
+	// attribute was logged.
+	warnedSourceAddress atomic.Bool
 }
 
 func newPlanner(cfg *Config, tok Tokenizer, m *metrics) (*planner, error) {

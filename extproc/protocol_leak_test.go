@@ -19,9 +19,9 @@ func TestExchange_ProtocolErrorWhileQueuedCancels(t *testing.T) {
 	x, env, _ := newTestExchange(t, testConfig(nil))
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
 	x.onTicket(t0, ticketState{queued: true})
-	s := x.message(t0, respHeaders(false))
+	s := x.message(t0, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false))
 	if !s.end || status.Code(s.err) != codes.FailedPrecondition {
-		t.Fatalf("response while queued: %v", s.err)
+		t.Fatalf("second request headers while queued: %v", s.err)
 	}
 	x.close(t0.Add(time.Second), s.err)
 	x.close(t0.Add(time.Second), errClientGone)
@@ -45,7 +45,7 @@ func TestServer_ProtocolErrorWhileQueuedFreesTheQueue(t *testing.T) {
 	b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
 	b.recvKinds(2) // headers, override
 	ts.waitStats("b queued", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 1 })
-	b.send(respHeaders(false)) // out of place while the request is queued
+	b.send(reqHeaders(p, "POST", "/v1/chat/completions", false)) // out of place while the request is queued
 	if err := b.end(); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("b end %v, want FailedPrecondition", err)
 	}

@@ -349,7 +349,11 @@ func TestServer_HalfCloseWhileQueuedCancels(t *testing.T) {
 	ts.waitIdle()
 }
 
-func TestServer_PreemptedVictimStreamEndsUnavailable(t *testing.T) {
+// TestServer_PreemptedVictimGetsTheImmediateResponse: a victim with no
+// message outstanding gets SMG's 503 as an unsolicited ImmediateResponse,
+// which Envoy accepts whenever processing is not complete
+// (ext_proc.cc:1876-1899), and its stream then ends cleanly.
+func TestServer_PreemptedVictimGetsTheImmediateResponse(t *testing.T) {
 	cfg := Config{Sched: sched.Config{Priority: testPriority()}, Tenancy: &Tenancy{DefaultMaxClass: "system"}}
 	ts := startServer(t, cfg, oneWorker)
 	p := proto{req: modeBuffered, resp: modeStreamed, early: true}
@@ -360,9 +364,12 @@ func TestServer_PreemptedVictimStreamEndsUnavailable(t *testing.T) {
 	}
 	urgent := ts.open()
 	urgent.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "interactive"), reqBody(chatBody, true))
-	err := victim.end()
-	if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != "scheduler_preempted" {
-		t.Fatalf("victim end %v", err)
+	ir := victim.recv().GetImmediateResponse()
+	if ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["x-smg-preempted"] != "true" {
+		t.Fatalf("victim answer %v", ir)
+	}
+	if err := victim.end(); !errors.Is(err, io.EOF) {
+		t.Fatalf("victim end %v, want a clean end", err)
 	}
 	// The victim's slot goes to the preemptor.
 	urgent.untilRoute()

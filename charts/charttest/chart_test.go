@@ -313,7 +313,8 @@ func TestIntegrations(t *testing.T) {
 			t.Fatalf("rendered %d EnvoyFilters; want 1", len(r.envoyFilters))
 		}
 		ef := r.envoyFilters[0]
-		if err := envoy.CheckEnvoyFilter(ef, envoy.LongestQueueWait); err != nil {
+		_, c := r.deployment(t)
+		if err := envoy.CheckEnvoyFilter(ef, needs(c.Args)); err != nil {
 			t.Fatal(err)
 		}
 		if ef.Namespace != "istio-system" {
@@ -326,13 +327,13 @@ func TestIntegrations(t *testing.T) {
 		if want := "outbound|9002||tollgate.inference.svc.cluster.local"; ep.GetGrpcService().GetEnvoyGrpc().GetClusterName() != want {
 			t.Errorf("ext_proc cluster = %q; want %q", ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(), want)
 		}
-		_, c := r.deployment(t)
 		wantFlag(t, c.Args, "envoy-message-timeout", ep.GetMessageTimeout().AsDuration())
 		wantFlag(t, c.Args, "envoy-max-message-timeout", ep.GetMaxMessageTimeout().AsDuration())
 	})
 	t.Run("envoyGateway", func(t *testing.T) {
 		r := mustRender(t, values(t, scenarios["envoyGateway"]))
-		if err := r.gateway.CheckGateway(envoy.LongestQueueWait); err != nil {
+		_, c := r.deployment(t)
+		if err := r.gateway.CheckGateway(needs(c.Args)); err != nil {
 			t.Fatal(err)
 		}
 		x := r.gateway.Extension[0].Spec.ExtProc[0]
@@ -343,7 +344,6 @@ func TestIntegrations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, c := r.deployment(t)
 		wantFlag(t, c.Args, "envoy-message-timeout", mt)
 		// Envoy Gateway cannot set max_message_timeout: tollgate must not
 		// count on an override, so the flag says overrides are off.
@@ -351,13 +351,66 @@ func TestIntegrations(t *testing.T) {
 	})
 	t.Run("bad values fail the checks", func(t *testing.T) {
 		r := mustRender(t, values(t, scenarios["istio"]+"envoy: {maxMessageTimeout: 200s, streamIdleTimeout: 300s}\n"))
-		err := envoy.CheckEnvoyFilter(r.envoyFilters[0], envoy.LongestQueueWait)
+		err := envoy.CheckEnvoyFilter(r.envoyFilters[0], envoy.Defaults())
 		for _, want := range []string{"neither message_timeout nor max_message_timeout exceeds", "stream_idle_timeout is 5m0s"} {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("CheckEnvoyFilter error = %v; want one containing %q", err, want)
 			}
 		}
 	})
+}
+
+// needs is what the tollgate the chart runs needs from Envoy: it reads
+// source.address unless told to read x-forwarded-for.
+func needs(args []string) envoy.Needs {
+	n := envoy.Defaults()
+	if v, ok := flag(args, "client-ip-source"); ok && v == "x-forwarded-for" {
+		n.SourceAddress = false
+	}
+	return n
+}
+
+// TestIntegrationsNeedTheEnvoyFeaturesTollgateReads breaks the rendered
+// Envoy objects where tollgate needs them: the source.address attribute
+// (read by default) and, for Istio, send_body_without_waiting_for_header_response.
+func TestIntegrationsNeedTheEnvoyFeaturesTollgateReads(t *testing.T) {
+	for _, tc := range []struct {
+		scenario, old, new, want string
+	}{
+		{"istio", "request_attributes: [source.address]", "request_attributes: []", "request_attributes must list source.address"},
+		{"istio", "send_body_without_waiting_for_header_response: true", "send_body_without_waiting_for_header_response: false", "send_body_without_waiting_for_header_response must be true"},
+		{"envoyGateway", "attributes: [source.address]", "attributes: []", "processingMode.request.attributes must list source.address"},
+	} {
+		t.Run(tc.scenario+"/"+tc.want, func(t *testing.T) {
+			files, err := renderChart(t, values(t, scenarios[tc.scenario]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			changed := 0
+			for name, doc := range files {
+				if strings.Contains(doc, tc.old) {
+					files[name] = strings.ReplaceAll(doc, tc.old, tc.new)
+					changed++
+				}
+			}
+			if changed != 1 {
+				t.Fatalf("%q found in %d templates; want 1", tc.old, changed)
+			}
+			r, err := decodeAll(files)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, c := r.deployment(t)
+			if tc.scenario == "istio" {
+				err = envoy.CheckEnvoyFilter(r.envoyFilters[0], needs(c.Args))
+			} else {
+				err = r.gateway.CheckGateway(needs(c.Args))
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error = %v; want one containing %q", err, tc.want)
+			}
+		})
+	}
 }
 
 func wantFlag(t *testing.T, args []string, name string, want time.Duration) {

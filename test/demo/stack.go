@@ -156,6 +156,10 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 		MessageTimeout:    messageTimeout,
 		MaxMessageTimeout: extproc.DefaultEnvoyMaxMessageTimeout,
 		StatusOnError:     http.StatusServiceUnavailable,
+		// As the shipped envoy.yaml: the client address for ip: tenants,
+		// and response headers tollgate may hold for preemption.
+		RequestAttributes:                       []string{"source.address"},
+		SendBodyWithoutWaitingForHeaderResponse: true,
 	})
 	return st, err
 }

@@ -89,13 +89,6 @@ var rejectReasons = []struct {
 	{outcomeOther, "other"},
 }
 
-// preemptedDetails is the local-reply detail of a request whose ext_proc
-// stream tollgate ended with UNAVAILABLE "scheduler_preempted" while no
-// message was outstanding. The shipped Envoy configurations rewrite that
-// reply into SMG's preemption answer with a local_reply_config mapper,
-// which the simulator does not model, so the detail identifies it.
-const preemptedDetails = "ext_proc_error_gRPC_error_14{scheduler_preempted}"
-
 // classify maps a response to its outcome.
 func classify(r *envoysim.Response) outcome {
 	switch {
@@ -103,7 +96,7 @@ func classify(r *envoysim.Response) outcome {
 		return outcomeOther
 	case r.Status == http.StatusOK:
 		return outcomeOK
-	case r.Header.Get("X-Smg-Preempted") == "true" || r.Details == preemptedDetails:
+	case r.Header.Get("X-Smg-Preempted") == "true":
 		return outcomePreempted
 	}
 	switch r.Header.Get("X-Smg-Error-Code") {

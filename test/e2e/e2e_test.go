@@ -254,7 +254,9 @@ func TestMessageTimeoutBudget(t *testing.T) {
 	t.Run("with the override", func(t *testing.T) {
 		s := newStack(t, options{maxRunning: 1, hold: always, messageTimeout: 300 * time.Millisecond, maxMessageTimeout: 10 * time.Second,
 			config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(time.Second) }})
-		first := s.async(context.Background(), chat("first"))
+		// Not streamed: the parked request sends no response headers that
+		// tollgate would hold (and extend Envoy's timer for) meanwhile.
+		first := s.async(context.Background(), completion("first"))
 		s.parked(1)
 		start := time.Now()
 		r := s.do(chat("second"))
@@ -301,35 +303,85 @@ func TestMessageTimeoutBudget(t *testing.T) {
 
 // TestPreemptionAsTheVictimSeesIt: a bulk request waiting at its worker for
 // its first token is preempted by an interactive arrival; the victim gets
-// 503 and the preemptor runs.
+// SMG's full 503 as tollgate's ImmediateResponse and the preemptor runs.
+// Envoy accepts an unsolicited ImmediateResponse whenever processing is not
+// complete (ext_proc.cc:1876-1899): with no response yet it is a local
+// reply; with the response headers held (the shipped
+// send_body_without_waiting_for_header_response) it goes straight to the
+// client (filter_manager.cc:541-547).
 func TestPreemptionAsTheVictimSeesIt(t *testing.T) {
 	for _, m := range bodyModes {
-		t.Run(m.name, func(t *testing.T) {
-			bulkOnly := func(r mockworker.RequestInfo) bool { return r.Header.Get("X-Smg-Priority") == "bulk" }
-			s := newStack(t, options{mode: m.req, maxRunning: 1, hold: bulkOnly, config: func(c *extproc.Config) {
-				c.Sched.Priority = priorityConfig(30 * time.Second)
-				c.Tenancy = &extproc.Tenancy{DefaultMaxClass: "system"}
-			}})
-			victim := s.async(context.Background(), completion("background job", "X-Smg-Priority", "bulk"))
-			s.parked(1)
-			r := s.do(chat("urgent", "X-Smg-Priority", "interactive"))
-			expectStatus(t, r, http.StatusOK, "")
-			res := s.await(victim)
-			if res.err != nil {
-				t.Fatal(res.err)
-			}
-			if res.r.Status != http.StatusServiceUnavailable || !res.r.LocalReply {
-				t.Fatalf("victim got %d (local %v) %q", res.r.Status, res.r.LocalReply, res.r.Body)
-			}
-			if !strings.Contains(res.r.Details, "scheduler_preempted") {
-				t.Errorf("victim details %q", res.r.Details)
-			}
-			st := s.waitStats("settled", func(sched.Stats) bool { return true })
-			if st.Preemptions[sched.PriorityBulk][sched.PriorityInteractive] != 1 {
-				t.Errorf("preemptions %v", st.Preemptions)
-			}
-		})
+		for _, tc := range []struct {
+			name   string
+			victim envoysim.Request
+			early  bool
+		}{
+			{"no response yet", completion("background job", "X-Smg-Priority", "bulk"), false},
+			{"response headers held", chat("background job", "X-Smg-Priority", "bulk"), true},
+		} {
+			t.Run(m.name+"/"+tc.name, func(t *testing.T) {
+				bulkOnly := func(r mockworker.RequestInfo) bool { return r.Header.Get("X-Smg-Priority") == "bulk" }
+				// A short message timer with a wide margin: holding the
+				// victim's response headers shows as tollgate's override of
+				// it after 300 ms, with 700 ms to spare on a loaded machine.
+				s := newStack(t, options{mode: m.req, maxRunning: 1, hold: bulkOnly, messageTimeout: time.Second,
+					config: func(c *extproc.Config) {
+						c.EnvoyTimeoutMargin = 700 * time.Millisecond
+						c.Sched.Priority = priorityConfig(30 * time.Second)
+						c.Tenancy = &extproc.Tenancy{DefaultMaxClass: "system"}
+					}, sim: func(c *envoysim.Config) { c.SendBodyWithoutWaitingForHeaderResponse = tc.early }})
+				victim := s.async(context.Background(), tc.victim)
+				s.parked(1)
+				if tc.early {
+					s.waitSim("victim's response headers held", func(st envoysim.Stats) bool { return st.OverrideMessageTimeoutReceived == 1 })
+				}
+				r := s.do(chat("urgent", "X-Smg-Priority", "interactive"))
+				expectStatus(t, r, http.StatusOK, "")
+				res := s.await(victim)
+				if res.err != nil {
+					t.Fatal(res.err)
+				}
+				expectStatus(t, res.r, http.StatusServiceUnavailable, "scheduler_preempted")
+				if res.r.Reset || !res.r.LocalReply || res.r.Details != "tollgate_scheduler_preempted" ||
+					res.r.Header.Get("X-Smg-Preempted") != "true" || res.r.Header.Get("Retry-After") != "1" {
+					t.Errorf("victim reset %v local %v details %q headers %v", res.r.Reset, res.r.LocalReply, res.r.Details, res.r.Header)
+				}
+				if e := errorBody(t, res.r); e["message"] != "request preempted by higher-priority traffic" || e["type"] != "Service Unavailable" {
+					t.Errorf("victim body %v", e)
+				}
+				st := s.waitStats("settled", func(sched.Stats) bool { return true })
+				if st.Preemptions[sched.PriorityBulk][sched.PriorityInteractive] != 1 {
+					t.Errorf("preemptions %v", st.Preemptions)
+				}
+			})
+		}
 	}
+	// Without the flag (Envoy Gateway cannot set it), a streaming victim's
+	// headers reached the client before its first token: Envoy can only
+	// reset the stream.
+	t.Run("headers already sent without the flag", func(t *testing.T) {
+		bulkOnly := func(r mockworker.RequestInfo) bool { return r.Header.Get("X-Smg-Priority") == "bulk" }
+		s := newStack(t, options{maxRunning: 1, hold: bulkOnly, config: func(c *extproc.Config) {
+			c.Sched.Priority = priorityConfig(30 * time.Second)
+			c.Tenancy = &extproc.Tenancy{DefaultMaxClass: "system"}
+		}, sim: func(c *envoysim.Config) { c.SendBodyWithoutWaitingForHeaderResponse = false }})
+		committed := make(chan struct{})
+		req := chat("background job", "X-Smg-Priority", "bulk")
+		req.DisconnectAt = func(st envoysim.Stage) bool {
+			if st == envoysim.StageResponseCommitted {
+				close(committed)
+			}
+			return false
+		}
+		victim := s.async(context.Background(), req)
+		s.parked(1)
+		<-committed // the victim's 200 headers reached the client
+		expectStatus(t, s.do(chat("urgent", "X-Smg-Priority", "interactive")), http.StatusOK, "")
+		res := s.await(victim)
+		if res.err != nil || !res.r.Reset || res.r.Status != http.StatusOK {
+			t.Fatalf("victim %+v %v, want a reset 200", res.r, res.err)
+		}
+	})
 }
 
 func TestWorkerReloadRemovingPinnedWorker(t *testing.T) {

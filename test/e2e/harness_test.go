@@ -6,15 +6,19 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
+	"github.com/tollgate/tollgate/envoy"
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
@@ -71,6 +75,12 @@ type options struct {
 	hold func(mockworker.RequestInfo) bool
 	// config adjusts tollgate's configuration.
 	config func(*extproc.Config)
+	// sim adjusts the simulated Envoy, after the shipped filter settings
+	// were applied.
+	sim func(*envoysim.Config)
+	// deadWorker gives tollgate a worker address nothing listens on, so
+	// every routed request meets Envoy's connect-failure 503.
+	deadWorker bool
 }
 
 // stack is tollgate between a simulated Envoy and mock workers.
@@ -111,7 +121,11 @@ func newStack(t *testing.T, o options) *stack {
 		}
 		w := mockworker.Start(t, wc)
 		st.workers = append(st.workers, w)
-		st.list = append(st.list, extproc.Worker{ID: wc.ID, Address: w.Addr(), MaxRunningRequests: o.maxRunning, Model: model})
+		addr := w.Addr()
+		if o.deadWorker {
+			addr = deadAddress(t)
+		}
+		st.list = append(st.list, extproc.Worker{ID: wc.ID, Address: addr, MaxRunningRequests: o.maxRunning, Model: model})
 	}
 	cfg := extproc.Config{
 		EnvoyMessageTimeout:    o.messageTimeout,
@@ -146,15 +160,25 @@ func newStack(t *testing.T, o options) *stack {
 	if envoyMax < 0 {
 		envoyMax = 0
 	}
-	sim, err := envoysim.New(envoysim.Config{
+	shipped := shippedFilter(t, o.mode)
+	sc := envoysim.Config{
 		ExtProcAddr:       lis.Addr().String(),
 		Mode:              processingMode(o.mode),
 		MessageTimeout:    o.messageTimeout,
 		MaxMessageTimeout: envoyMax,
 		StatusOnError:     http.StatusServiceUnavailable,
-		RequestAttributes: []string{"source.address"},
+		RequestAttributes: shipped.GetRequestAttributes(),
 		RequestChunkSize:  512,
-	})
+		// The shipped files set the flag; the STREAMED request mode is not
+		// shipped and keeps Envoy's default, so tollgate decides on the
+		// headers alone there.
+		SendBodyWithoutWaitingForHeaderResponse: shipped.GetSendBodyWithoutWaitingForHeaderResponse() &&
+			o.mode != extprocfilterv3.ProcessingMode_STREAMED,
+	}
+	if o.sim != nil {
+		o.sim(&sc)
+	}
+	sim, err := envoysim.New(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +195,54 @@ func newStack(t *testing.T, o options) *stack {
 		srv.Wait()
 	})
 	return st
+}
+
+// shippedFilter is the ext_proc filter of the standalone bootstrap for a
+// request body mode: envoy-full-duplex.yaml for FULL_DUPLEX_STREAMED,
+// envoy.yaml otherwise.
+func shippedFilter(t *testing.T, mode extprocfilterv3.ProcessingMode_BodySendMode) *extprocfilterv3.ExternalProcessor {
+	t.Helper()
+	name := "envoy.yaml"
+	if mode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		name = "envoy-full-duplex.yaml"
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "envoy", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := envoy.DecodeBootstrap(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range b.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				hcm, err := envoy.Unpack[*hcmv3.HttpConnectionManager](f.GetTypedConfig())
+				if err != nil {
+					continue
+				}
+				for _, hf := range hcm.GetHttpFilters() {
+					if ep, err := envoy.Unpack[*extprocfilterv3.ExternalProcessor](hf.GetTypedConfig()); err == nil {
+						return ep
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("%s has no ext_proc filter", name)
+	return nil
+}
+
+// deadAddress is a loopback IP:port nothing listens on.
+func deadAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
 }
 
 // chat is a streamed chat request for the test model.
@@ -247,6 +319,18 @@ func (s *stack) waitStats(what string, ok func(sched.Stats) bool) sched.Stats {
 		}
 		if time.Now().After(deadline) {
 			s.t.Fatalf("scheduler not %s: %+v", what, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitSim polls the simulated Envoy's counters until ok holds.
+func (s *stack) waitSim(what string, ok func(envoysim.Stats) bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok(s.sim.Stats()) {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("envoy not %s: %+v", what, s.sim.Stats())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

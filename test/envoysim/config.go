@@ -49,6 +49,42 @@ const (
 	upstreamReadSize = 32 << 10
 )
 
+// Version is the Envoy release whose behaviour the simulator follows where
+// releases differ, as its minor number: 34 is Envoy 1.34. Zero means the
+// newest behaviour modelled, VersionLatest.
+type Version int
+
+// Envoy releases with behaviour of their own.
+const (
+	// Version1_34 is the oldest release modelled: the first to send
+	// protocol_config and the gRPC message in error details.
+	Version1_34 Version = 34
+	// Version1_36 added status_on_error; before it the field is ignored
+	// (as xDS-delivered config is) and errors answer 500.
+	Version1_36 Version = 36
+	// Version1_37 sends Envoy's own local replies through ext_proc (PR
+	// #41769 removed skip_ext_proc_on_local_reply; 1.34 to 1.36 skipped
+	// them) and closes the side stream right after the last needed reply
+	// (ext_proc_stream_close_optimization; before, at the end of the HTTP
+	// stream).
+	Version1_37 Version = 37
+	// VersionLatest is the newest behaviour modelled: 1.37 and later.
+	VersionLatest = Version1_37
+	// versionNewest bounds the releases accepted.
+	versionNewest Version = 39
+)
+
+// String returns the release, for example "1.37".
+func (v Version) String() string { return fmt.Sprintf("1.%d", int(v)) }
+
+// localRepliesToProcessor reports whether Envoy's own local replies go
+// through ext_proc (ext_proc.cc:1351-1393 at 1.37+).
+func (v Version) localRepliesToProcessor() bool { return v >= Version1_37 }
+
+// closesAfterLastReply reports whether the side stream closes as soon as
+// nothing more will be sent on it (ext_proc.cc:1733-1789, 1.37+).
+func (v Version) closesAfterLastReply() bool { return v >= Version1_37 }
+
 // CloseStyle is how the simulated filter closes its side stream: when the
 // ext_proc conversation is over, after an error, or when the downstream client
 // goes away.
@@ -85,6 +121,10 @@ func (c CloseStyle) String() string {
 // ext_proc. The zero value of every optional field gives Envoy's default
 // unless the field says otherwise.
 type Config struct {
+	// Version is the Envoy release to follow where releases differ. Zero
+	// means VersionLatest (1.37 and later); 34 to 39 are accepted.
+	Version Version
+
 	// ExtProcAddr is the gRPC target of the ext_proc server, for example
 	// "127.0.0.1:9002" or "passthrough:///bufnet". Required.
 	ExtProcAddr string
@@ -97,6 +137,12 @@ type Config struct {
 	// request_header_mode SKIP, BUFFERED_PARTIAL, GRPC and a
 	// FULL_DUPLEX_STREAMED response body are not modelled and rejected.
 	Mode *extprocfilterv3.ProcessingMode
+	// SendBodyWithoutWaitingForHeaderResponse is the processing mode flag
+	// of that name: in a STREAMED direction, body chunks go to the server
+	// while the headers message is outstanding, each restarting the
+	// message timer (ext_proc.cc:1085-1094, 982-984). Other modes ignore
+	// it.
+	SendBodyWithoutWaitingForHeaderResponse bool
 	// MessageTimeout is message_timeout. Zero means 200 ms.
 	MessageTimeout time.Duration
 	// MaxMessageTimeout is max_message_timeout, the upper bound for
@@ -107,7 +153,7 @@ type Config struct {
 	FailureModeAllow bool
 	// StatusOnError is status_on_error, the HTTP status of the local reply
 	// sent on a gRPC error, a spurious message or a rejected mutation.
-	// Zero means 500.
+	// Zero means 500. Releases before 1.36 ignore it and answer 500.
 	StatusOnError int
 	// ReceivingNamespaces is metadata_options.receiving_namespaces.untyped.
 	// Nil means ["envoy.lb"] (the project's configuration; Envoy itself
@@ -136,6 +182,24 @@ type Config struct {
 	MaxHeadersCount int
 	// MaxHeadersKB is max_request_headers_kb. Zero means 60.
 	MaxHeadersKB int
+	// BufferLimitBytes is the listener's per_connection_buffer_limit_bytes
+	// as the filter manager applies it to a buffered request body: a
+	// BUFFERED body above it gets Envoy's 413 (filter_manager.cc:569-576).
+	// STREAMED and FULL_DUPLEX_STREAMED bodies are never buffered whole, so
+	// they never get it. Zero means no limit (Envoy's default is 1 MiB).
+	BufferLimitBytes int
+	// StreamIdleTimeout is the HTTP connection manager's
+	// stream_idle_timeout: a stream with no traffic to or from the client
+	// for this long gets Envoy's 504 (408 only before the whole request was
+	// received, which never happens here: the simulator has the request in
+	// full), or a reset once the response started. Zero means off (Envoy's
+	// default is 5 min).
+	StreamIdleTimeout time.Duration
+	// RequestTimeout is the HTTP connection manager's request_timeout: the
+	// whole request, queue time included, must have gone upstream (or a
+	// response have started) within it, or the client gets 504. Zero means
+	// off, as in Envoy.
+	RequestTimeout time.Duration
 
 	// Route configures the simulated ORIGINAL_DST cluster.
 	Route Route
@@ -163,6 +227,7 @@ type Route struct {
 
 // settings is a validated Config with every default applied.
 type settings struct {
+	version     Version
 	addr        string
 	dialOptions []grpc.DialOption
 
@@ -172,6 +237,7 @@ type settings struct {
 	responseBodyMode    extprocfilterv3.ProcessingMode_BodySendMode
 	responseTrailerSend bool
 
+	early             bool
 	messageTimeout    time.Duration
 	maxMessageTimeout time.Duration
 	failureModeAllow  bool
@@ -184,6 +250,9 @@ type settings struct {
 	maxRecvMsg        int
 	maxHeadersCount   int
 	maxHeadersBytes   int
+	bufferLimit       int
+	streamIdle        time.Duration
+	requestTimeout    time.Duration
 
 	routeHeader      string
 	useHeader        bool
@@ -208,8 +277,10 @@ func (c *Config) resolve() (*settings, error) {
 		errs = append(errs, fmt.Errorf("envoysim: "+format, args...))
 	}
 	s := &settings{
+		version:           orDefault(c.Version, VersionLatest),
 		addr:              c.ExtProcAddr,
 		dialOptions:       c.DialOptions,
+		early:             c.SendBodyWithoutWaitingForHeaderResponse,
 		messageTimeout:    orDefault(c.MessageTimeout, DefaultMessageTimeout),
 		maxMessageTimeout: c.MaxMessageTimeout,
 		failureModeAllow:  c.FailureModeAllow,
@@ -222,6 +293,9 @@ func (c *Config) resolve() (*settings, error) {
 		maxRecvMsg:        orDefault(c.MaxReceiveMessageBytes, math.MaxInt32),
 		maxHeadersCount:   orDefault(c.MaxHeadersCount, DefaultMaxHeadersCount),
 		maxHeadersBytes:   orDefault(c.MaxHeadersKB, DefaultMaxHeadersKB) * 1024,
+		bufferLimit:       c.BufferLimitBytes,
+		streamIdle:        c.StreamIdleTimeout,
+		requestTimeout:    c.RequestTimeout,
 		routeHeader:       orDefault(c.Route.Header, DefaultDestinationHeader),
 		useHeader:         !c.Route.IgnoreHeader,
 		metadataNS:        orDefault(c.Route.MetadataNamespace, DefaultMetadataNamespace),
@@ -229,11 +303,17 @@ func (c *Config) resolve() (*settings, error) {
 		connectTimeout:    orDefault(c.ConnectTimeout, DefaultConnectTimeout),
 		maxRequestBodyIn:  orDefault(c.MaxRequestBodyBytes, DefaultMaxRequestBodyBytes),
 	}
+	if s.version < Version1_36 {
+		s.statusOnError = DefaultStatusOnError // the field does not exist yet
+	}
 	if s.receiving == nil {
 		s.receiving = []string{DefaultMetadataNamespace}
 	}
 	if c.ExtProcAddr == "" {
 		fail("ExtProcAddr is required")
+	}
+	if c.Version != 0 && (c.Version < Version1_34 || c.Version > versionNewest) {
+		fail("Version %v is not modelled (want 1.%d to 1.%d)", c.Version, int(Version1_34), int(versionNewest))
 	}
 	if c.MessageTimeout < 0 || c.MessageTimeout > maxTimerValue {
 		fail("MessageTimeout %v is outside [0s, 1h]", c.MessageTimeout)
@@ -265,6 +345,9 @@ func (c *Config) resolve() (*settings, error) {
 		{"RemoteCloseTimeout", int64(c.RemoteCloseTimeout)},
 		{"ConnectTimeout", int64(c.ConnectTimeout)},
 		{"MaxRequestBodyBytes", c.MaxRequestBodyBytes},
+		{"BufferLimitBytes", int64(c.BufferLimitBytes)},
+		{"StreamIdleTimeout", int64(c.StreamIdleTimeout)},
+		{"RequestTimeout", int64(c.RequestTimeout)},
 	} {
 		if f.v < 0 {
 			fail("%s is negative", f.name)
@@ -320,7 +403,7 @@ func (s *settings) resolveMode(m *extprocfilterv3.ProcessingMode) []error {
 			fail("request_body_mode FULL_DUPLEX_STREAMED requires request_trailer_mode SEND")
 		}
 		if s.failureModeAllow {
-			fail("request_body_mode FULL_DUPLEX_STREAMED requires failure_mode_allow false")
+			fail("request_body_mode FULL_DUPLEX_STREAMED with failure_mode_allow is not modelled (Envoy 1.35 rejects it; later releases fail open until the first body chunk)")
 		}
 	case extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL, extprocfilterv3.ProcessingMode_GRPC:
 		fail("request_body_mode %v is not modelled", s.requestBodyMode)

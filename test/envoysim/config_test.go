@@ -43,7 +43,7 @@ func TestConfig_Invalid(t *testing.T) {
 		{"bad status", Config{ExtProcAddr: "a", StatusOnError: 42}, "StatusOnError 42"},
 		{"unknown attribute", Config{ExtProcAddr: "a", RequestAttributes: []string{"connection.mtls"}}, `"connection.mtls" is not modelled`},
 		{"full duplex without trailers", Config{ExtProcAddr: "a", Mode: fd}, "requires request_trailer_mode SEND"},
-		{"full duplex with failure mode allow", Config{ExtProcAddr: "a", Mode: fd, FailureModeAllow: true}, "requires failure_mode_allow false"},
+		{"full duplex with failure mode allow", Config{ExtProcAddr: "a", Mode: fd, FailureModeAllow: true}, "with failure_mode_allow is not modelled"},
 		{"request headers skipped", Config{ExtProcAddr: "a", Mode: skipReq}, "request_header_mode SKIP is not modelled"},
 		{"buffered partial", Config{ExtProcAddr: "a", Mode: mode(extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL, false, bodyNone)}, "BUFFERED_PARTIAL is not modelled"},
 		{"full duplex response", Config{ExtProcAddr: "a", Mode: mode(bodyNone, false, bodyFullDuplex)}, "response_body_mode FULL_DUPLEX_STREAMED is not modelled"},

@@ -21,6 +21,7 @@ type decoder struct {
 	bodyMode    extprocfilterv3.ProcessingMode_BodySendMode
 	trailerSend bool
 	fd          bool // FULL_DUPLEX_STREAMED: no timers, body streamed back
+	early       bool // STREAMED with send_body_without_waiting_for_header_response
 
 	cb       callbackState
 	headers  *headerMap
@@ -77,6 +78,16 @@ func (d *decoder) finalBody() []byte {
 	return b
 }
 
+// downstreamBody is the body as the codec hands it to the filter chain. An
+// HTTP/1 request with Content-Length: 0 is dispatched as headers with
+// end_of_stream (http1/codec_impl.cc:1240-1262): no body at all.
+func downstreamBody(r *Request) []byte {
+	if len(r.Body) == 0 && len(r.Trailer) == 0 && strings.TrimSpace(headerValue(r.Header, "content-length")) == "0" {
+		return nil
+	}
+	return r.Body
+}
+
 // requestHeaderMap builds the headers Envoy's connection manager hands to
 // the filter chain: pseudo-headers first, then the client's headers, then
 // x-forwarded-proto and x-request-id.
@@ -131,7 +142,23 @@ func (x *exchange) decodeHeaders() {
 			EndOfStream: d.body == nil,
 		}},
 	})
-	if x.hook(StageRequestHeadersSent) || !d.fd || d.body == nil {
+	if x.hook(StageRequestHeadersSent) {
+		return
+	}
+	if d.bodyMode == extprocfilterv3.ProcessingMode_BUFFERED && x.cfg.bufferLimit > 0 && len(d.body) > x.cfg.bufferLimit {
+		// The body arrives while the filter buffers it (StopIterationAndBuffer)
+		// and overflows the limit: the filter manager answers 413 itself
+		// (filter_manager.cc:569-576). Streaming modes only apply back-pressure.
+		x.sim.stats.inc(statRequestTooLarge)
+		x.envoyReply(http.StatusRequestEntityTooLarge, []byte("Payload Too Large"), "request_payload_too_large")
+		return
+	}
+	if d.early && d.body != nil {
+		// The chunks go out behind the headers, which stay outstanding.
+		x.sendRequestChunks()
+		return
+	}
+	if !d.fd || d.body == nil {
 		return
 	}
 	if !x.sendRequestChunks() {
@@ -158,7 +185,7 @@ func (x *exchange) sendRequest(m *extprocv3.ProcessingRequest) {
 func (x *exchange) sendRequestChunks() bool {
 	d := &x.dec
 	d.streaming = true
-	if !d.fd {
+	if !d.fd && d.cb != cbHeaders {
 		d.cb = cbStreamedBody
 	}
 	chunks := split(d.body, x.cfg.chunkSize)
@@ -257,6 +284,8 @@ func (x *exchange) onRequestHeadersResponse(hr *extprocv3.HeadersResponse) error
 			Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: d.body, EndOfStream: d.trailers == nil}},
 		})
 		x.hook(StageRequestBodySent)
+	case d.bodyMode == extprocfilterv3.ProcessingMode_STREAMED && d.streaming:
+		d.cb = cbStreamedBody // sent early; their replies follow
 	case d.bodyMode == extprocfilterv3.ProcessingMode_STREAMED:
 		x.sendRequestChunks()
 	default:
@@ -368,8 +397,7 @@ func (x *exchange) requestDone() {
 	d.cb = cbIdle
 	x.markDecision()
 	if !x.complete && x.enc.noExternalProcess() {
-		x.complete = true
-		x.closeStream()
+		x.lastReplyDone()
 	}
 	x.route()
 }

@@ -32,12 +32,13 @@
 //   - Headers as Envoy sends them: lower-case keys, raw_value only,
 //     pseudo-headers (:authority, :path, :method, :scheme; :status on
 //     responses), x-forwarded-proto and x-request-id, no hop-by-hop headers.
-//   - Body shapes: no body means request_headers end_of_stream=true and no
-//     body message; an empty body is one empty end_of_stream body message;
+//   - Body shapes: no body, or an HTTP/1 Content-Length: 0 body, means
+//     request_headers end_of_stream=true and no body message; an empty
+//     HTTP/2 or chunked body is one empty end_of_stream body message;
 //     STREAMED bodies go in configurable chunks, pipelined; BUFFERED bodies
-//     in one message, sent only after the headers reply; a content-length
-//     response ends with end_of_stream on its last chunk, a chunked one
-//     with an empty end_of_stream chunk.
+//     in one message, sent only after the headers reply; an upstream
+//     (HTTP/1) response always ends with an empty end_of_stream chunk,
+//     content-length or not.
 //   - The message timer (message_timeout, default 200 ms) for every message
 //     sent, stopped by every answer; none in a FULL_DUPLEX_STREAMED
 //     direction. Expiry gives 504 (ext_proc_error_per-message_timeout_exceeded)
@@ -56,7 +57,8 @@
 //     errors, timeouts and spurious messages into "continue without
 //     ext_proc".
 //   - Header mutations: raw_value only (value alone sets an empty header,
-//     both set is an error), the deprecated append flag (default overwrite),
+//     value beside raw_value is ignored, as since 1.32), the deprecated
+//     append flag (default overwrite),
 //     append_action ignored, the default mutation_rules (x-envoy-*, host,
 //     :authority, :scheme, :method refused and counted; pseudo-headers and
 //     host never removed), invalid characters and header count/size limits
@@ -71,8 +73,9 @@
 //   - ImmediateResponse: its status (missing or below 200 becomes 200),
 //     headers (checked by the mutation rules) and body; the stream closes.
 //     After the response started it can only reset the stream.
-//   - Stream closing: right after the last needed reply (a headers-only
-//     configuration closes before the upstream is even called), on errors,
+//   - Stream closing: right after the last needed reply on 1.37+ (a
+//     headers-only configuration closes before the upstream is even called;
+//     earlier releases keep it open until the HTTP stream ends), on errors,
 //     and when the client goes away; by reset (the default: the server's
 //     context is cancelled) or by half-close (io.EOF for the server, reset
 //     after remote_close_timeout, 1 s, unless the server ends the stream).
@@ -80,17 +83,43 @@
 //     only a literal IP:port routes; otherwise original_dst_host_invalid and
 //     503 "no healthy upstream". Connect failures give Envoy's 503; an
 //     upstream reset after its headers resets the client's stream.
+//   - Envoy's own local replies (the router's 503s, the 413 below, the
+//     connection manager's 504s) go through the ext_proc response
+//     direction like an upstream response on 1.37+ while processing is
+//     incomplete: response_headers, then the body as one end_of_stream
+//     chunk. Replies to request messages still outstanding are accepted
+//     and change nothing. Releases 1.34 to 1.36 send them straight to the
+//     client, and the side stream closes.
+//   - BufferLimitBytes: a BUFFERED request body above it gets Envoy's 413
+//     "Payload Too Large" (details request_payload_too_large), whether the
+//     headers were answered or not. STREAMED and FULL_DUPLEX_STREAMED
+//     bodies only apply back-pressure.
+//   - StreamIdleTimeout and RequestTimeout: a held request gets 504
+//     ("stream timeout", stream_idle_timeout; "request timeout",
+//     request_overall_timeout), a started response is reset.
+//   - Version (default 1.37+): local replies to the processor and the
+//     early stream close from 1.37; status_on_error from 1.36 (500 before).
+//   - request_attributes: only the configured attributes are sent.
+//   - send_body_without_waiting_for_header_response: in a STREAMED
+//     direction, body chunks go out while the headers message is
+//     outstanding, each restarting the message timer; an ImmediateResponse
+//     while response headers are held reaches the client in full.
 //   - Stats named after Envoy's ext_proc counters.
 //
 // # Not modelled
 //
 //   - Route selection: virtual hosts, route matching, per-route ext_proc
 //     overrides (ExtProcPerRoute), and what clear_route_cache would change.
-//   - Buffer limits and flow control: 413 for an oversized BUFFERED body,
-//     500 on the response path, watermarks and back-pressure,
-//     BUFFERED_PARTIAL, send_body_without_waiting_for_header_response.
+//   - Flow control: 500 for an oversized buffered response, watermarks and
+//     back-pressure, BUFFERED_PARTIAL.
 //   - Circuit breakers on the ext_proc or upstream cluster, retries, route
-//     and stream idle timeouts, connection pools beyond one HTTP transport.
+//     timeouts, connection pools beyond one HTTP transport. The 408 of a
+//     connection manager timeout before the whole request was received
+//     (the simulator always has it).
+//   - Other differences between releases: v1.34 failing open on a spurious
+//     message, the ImmediateResponse mutation check before 1.36, the FULL_DUPLEX_STREAMED
+//     plus failure_mode_allow rejection of 1.35 only (the simulator rejects
+//     it on every release).
 //   - mode_override and allowed_override_modes (ignored, which is Envoy's
 //     behaviour without allow_mode_override), observability mode, GRPC body
 //     mode, streamed_immediate_response (treated as spurious),
@@ -99,9 +128,8 @@
 //     configurable mutation_rules and disallow_is_error, route_cache_action.
 //   - The HTTP connection manager's own request handling: header
 //     sanitization of x-envoy-* from untrusted clients, x-forwarded-for,
-//     regeneration of a client's x-request-id (the simulator keeps it),
-//     local reply body rewriting, and response processing of local replies
-//     (never sent to the processor, as with skip_ext_proc_on_local_reply).
+//     regeneration of a client's x-request-id (the simulator keeps it), and
+//     local reply body rewriting (local_reply_config).
 //   - A clean close in the middle of a FULL_DUPLEX_STREAMED body is answered
 //     with status_on_error (details ext_proc_error_full_duplex_body_incomplete)
 //     because the body was handed to the server and not streamed back.

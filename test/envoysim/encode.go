@@ -27,6 +27,7 @@ type encoder struct {
 	headerSend  bool
 	bodyMode    extprocfilterv3.ProcessingMode_BodySendMode
 	trailerSend bool
+	early       bool // STREAMED with send_body_without_waiting_for_header_response
 
 	phase    responsePhase
 	headers  *headerMap
@@ -137,10 +138,8 @@ func (x *exchange) continueResponseHeaders() {
 	e := &x.enc
 	if !x.complete && (e.noBody ||
 		(e.bodyMode == extprocfilterv3.ProcessingMode_NONE && !e.trailerSend)) {
-		// Nothing more will be sent in this direction: Envoy closes the
-		// stream right after the last reply.
-		x.complete = true
-		x.closeStream()
+		// Nothing more will be sent in this direction.
+		x.lastReplyDone()
 	}
 	active := !x.complete && !e.noBody
 	switch {
@@ -198,6 +197,12 @@ func (x *exchange) encodeData(p []byte, eos bool) {
 	}
 	switch e.phase {
 	case phaseWaitHeaders, phaseBufferedSent:
+		if e.phase == phaseWaitHeaders && e.early {
+			// The chunk goes to the server now; it is held in Envoy until
+			// answered, and restarts the message timer.
+			x.sendResponseChunk(p, eos)
+			return
+		}
 		e.held = append(e.held, p)
 		e.heldEOS = eos
 	case phaseBuffering:
@@ -238,7 +243,11 @@ func (x *exchange) encodeEnd(trailers *headerMap) {
 			return
 		}
 		x.passThroughEnd()
-	case phaseNotStarted, phaseWaitHeaders, phaseBufferedSent, phaseTrailers:
+	case phaseWaitHeaders:
+		if e.early && !x.complete && trailers == nil && !e.eosSent {
+			x.sendResponseChunk([]byte{}, true) // the codec's empty end chunk
+		}
+	case phaseNotStarted, phaseBufferedSent, phaseTrailers:
 		// Handled when the outstanding reply arrives.
 	}
 }

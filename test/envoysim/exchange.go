@@ -63,6 +63,13 @@ type exchange struct {
 	timerOn       bool
 	overrideTaken bool // an override was accepted for the outstanding message
 
+	// The connection manager's stream_idle_timeout and request_timeout.
+	hcmTimer     *time.Timer
+	hcmAt        time.Time // when hcmTimer fires; zero: stopped
+	lastActivity time.Time // the last traffic to or from the client
+	sentUpstream bool      // the request went upstream: request_timeout is disarmed
+	envoyReplied bool      // Envoy's own local reply is under way
+
 	dec      decoder
 	enc      encoder
 	metadata map[string]*structpb.Struct
@@ -95,18 +102,21 @@ func (s *Sim) newExchange(ctx context.Context, req *Request, out sink) *exchange
 		style: orDefault(req.Close, s.cfg.closeStyle),
 		start: time.Now(),
 	}
+	x.lastActivity = x.start
 	x.dec = decoder{
 		bodyMode:    s.cfg.requestBodyMode,
 		trailerSend: s.cfg.requestTrailerSend,
 		fd:          s.cfg.requestBodyMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+		early:       s.cfg.early && s.cfg.requestBodyMode == extprocfilterv3.ProcessingMode_STREAMED,
 		headers:     requestHeaderMap(req),
-		body:        req.Body,
+		body:        downstreamBody(req),
 		trailers:    headerMapFromHTTP(req.Trailer),
 	}
 	x.enc = encoder{
 		headerSend:  s.cfg.responseHeaderSend,
 		bodyMode:    s.cfg.responseBodyMode,
 		trailerSend: s.cfg.responseTrailerSend,
+		early:       s.cfg.early && s.cfg.responseBodyMode == extprocfilterv3.ProcessingMode_STREAMED,
 	}
 	return x
 }
@@ -116,7 +126,10 @@ func (x *exchange) run() {
 	defer x.teardown()
 	x.decodeHeaders()
 	for !x.finished {
+		x.armHCMTimer()
 		select {
+		case <-x.hcmC():
+			x.onHCMTimeout()
 		case ev := <-x.streamEvents():
 			if x.timerFired() {
 				// The timer expired before this message was looked at: the
@@ -140,6 +153,9 @@ func (x *exchange) run() {
 // teardown is Envoy's onDestroy: timers off, side stream closed, upstream
 // call ended.
 func (x *exchange) teardown() {
+	if x.hcmTimer != nil {
+		x.hcmTimer.Stop()
+	}
 	x.finishCall()
 	x.closeStream()
 	x.stopUpstream()
@@ -215,8 +231,9 @@ func (x *exchange) send(m *extprocv3.ProcessingRequest, timed bool) {
 	}
 	if !x.sentFirst {
 		m.ProtocolConfig = &extprocv3.ProtocolConfiguration{
-			RequestBodyMode:  x.cfg.requestBodyMode,
-			ResponseBodyMode: x.cfg.responseBodyMode,
+			RequestBodyMode:                         x.cfg.requestBodyMode,
+			ResponseBodyMode:                        x.cfg.responseBodyMode,
+			SendBodyWithoutWaitingForHeaderResponse: x.cfg.early,
 		}
 		x.sentFirst = true
 	}
@@ -290,6 +307,9 @@ func (x *exchange) onMessage(m *extprocv3.ProcessingResponse) {
 			x.onSpurious("spurious message")
 			return
 		}
+		if x.requestAborted() {
+			return
+		}
 		x.setMetadata(m)
 		err = x.onRequestHeadersResponse(r.RequestHeaders)
 	case *extprocv3.ProcessingResponse_RequestBody:
@@ -297,11 +317,17 @@ func (x *exchange) onMessage(m *extprocv3.ProcessingResponse) {
 			x.onSpurious("spurious message")
 			return
 		}
+		if x.requestAborted() {
+			return
+		}
 		x.setMetadata(m)
 		err = x.onRequestBodyResponse(r.RequestBody)
 	case *extprocv3.ProcessingResponse_RequestTrailers:
 		if !x.dec.expects(cbTrailers) {
 			x.onSpurious("spurious message")
+			return
+		}
+		if x.requestAborted() {
 			return
 		}
 		x.setMetadata(m)
@@ -346,6 +372,18 @@ func (x *exchange) onMessage(m *extprocv3.ProcessingResponse) {
 		}
 		x.errorReply(responseDetails(details))
 	}
+}
+
+// requestAborted reports, for a reply to a request message that was
+// outstanding, whether Envoy's own local reply stopped the request: the
+// reply is accepted and changes nothing, since continuing an aborted
+// decoder filter chain is a no-op.
+func (x *exchange) requestAborted() bool {
+	if !x.envoyReplied {
+		return false
+	}
+	x.sim.stats.inc(statStreamMsgsReceived)
+	return true
 }
 
 // onNewTimeout applies Envoy's override_message_timeout rules.
@@ -489,6 +527,118 @@ func (x *exchange) localReply(code int, body []byte, mut *extprocv3.HeaderMutati
 	x.out.finish(nil)
 }
 
+// envoyReply is a local reply Envoy makes itself: the router's 503s, the
+// filter manager's 413 and the connection manager's timeouts. Since 1.37
+// the ext_proc filter's encodeHeaders sends any response headers to the
+// server while processing is incomplete, these included
+// (ext_proc.cc:1351-1393), so the reply goes through the response
+// direction like an upstream response. Earlier releases skip local
+// replies, and once response headers are in the filter chain the reply
+// goes straight to the client (filter_manager.cc:541-547); in both cases
+// it is a plain localReply.
+func (x *exchange) envoyReply(code int, body []byte, details string) {
+	if x.finished {
+		return
+	}
+	if x.complete || x.ss == nil || !x.cfg.version.localRepliesToProcessor() || !x.enc.headerSend ||
+		x.enc.phase != phaseNotStarted || x.committed {
+		x.localReply(code, body, nil, details)
+		return
+	}
+	x.stopUpstream()
+	x.sim.stats.inc(statLocalReplies)
+	x.sim.stats.inc(statLocalRepliesProcessed)
+	x.res.localReply, x.res.details = true, details
+	x.markDecision()
+	x.envoyReplied = true
+	x.dec.done = true // the decoder filter chain is stopped
+	h := &headerMap{}
+	h.add(":status", strconv.Itoa(code))
+	if len(body) > 0 {
+		h.add("content-type", "text/plain")
+	}
+	h.add("content-length", strconv.Itoa(len(body)))
+	x.encodeHeaders(h, len(body) == 0)
+	if !x.finished && len(body) > 0 {
+		// sendLocalReply encodes the whole body with end_stream.
+		x.encodeData(body, true)
+	}
+}
+
+// hcmDeadline is when the connection manager's next timer fires:
+// stream_idle_timeout after the last traffic with the client, and
+// request_timeout from the start until the request went upstream or a
+// response started.
+func (x *exchange) hcmDeadline() (time.Time, bool) {
+	var at time.Time
+	if x.envoyReplied || x.res.localReply {
+		return at, false
+	}
+	if d := x.cfg.streamIdle; d > 0 {
+		at = x.lastActivity.Add(d)
+	}
+	if d := x.cfg.requestTimeout; d > 0 && !x.sentUpstream && !x.committed {
+		if r := x.start.Add(d); at.IsZero() || r.Before(at) {
+			at = r
+		}
+	}
+	return at, !at.IsZero()
+}
+
+// armHCMTimer sets the connection manager's timer to hcmDeadline.
+func (x *exchange) armHCMTimer() {
+	at, ok := x.hcmDeadline()
+	if !ok {
+		if x.hcmTimer != nil && !x.hcmAt.IsZero() {
+			x.hcmTimer.Stop()
+		}
+		x.hcmAt = time.Time{}
+		return
+	}
+	if at.Equal(x.hcmAt) {
+		return
+	}
+	x.hcmAt = at
+	d := max(0, time.Until(at))
+	if x.hcmTimer == nil {
+		x.hcmTimer = time.NewTimer(d)
+		return
+	}
+	x.hcmTimer.Reset(d)
+}
+
+func (x *exchange) hcmC() <-chan time.Time {
+	if x.hcmAt.IsZero() {
+		return nil
+	}
+	return x.hcmTimer.C
+}
+
+// onHCMTimeout: stream_idle_timeout or request_timeout fired. The request
+// is complete (the simulator holds it whole), so the answer is 504, not
+// 408 (conn_manager_impl.cc:1061-1077, http/utility.cc:1535-1540); once
+// the response started, the stream is reset.
+func (x *exchange) onHCMTimeout() {
+	x.hcmAt = time.Time{}
+	x.sim.stats.inc(statDownstreamTimeouts)
+	now := time.Now()
+	if d := x.cfg.requestTimeout; d > 0 && !x.sentUpstream && !x.committed && !now.Before(x.start.Add(d)) {
+		x.envoyReply(http.StatusGatewayTimeout, []byte("request timeout"), "request_overall_timeout")
+		return
+	}
+	x.envoyReply(http.StatusGatewayTimeout, []byte("stream timeout"), "stream_idle_timeout")
+}
+
+// lastReplyDone marks ext_proc's work for the request as complete because
+// nothing more will be sent. Envoy 1.37+ closes the side stream at once;
+// earlier releases keep it open until the HTTP stream ends.
+func (x *exchange) lastReplyDone() {
+	x.complete = true
+	if x.cfg.version.closesAfterLastReply() {
+		x.closeStream()
+	}
+}
+
 // disconnect: the downstream client went away. Envoy closes the side stream
 // (in the configured style) and the upstream request; nobody gets a reply.
 func (x *exchange) disconnect(cause error) {
@@ -549,19 +699,25 @@ func (x *exchange) commit(h *headerMap) {
 		}
 	}
 	x.committed = true
+	x.lastActivity = time.Now()
 	x.res.timings.ResponseHeaders = time.Since(x.start)
 	x.out.writeHeader(code, h.httpHeader())
+	x.hook(StageResponseCommitted)
 }
 
 // deliver sends a body chunk to the client and reports whether the exchange
 // is still going (the client may disconnect at StageResponseBody).
 func (x *exchange) deliver(p []byte) bool {
+	if x.res.disconnected != nil {
+		return false
+	}
 	if len(p) == 0 {
 		return !x.finished
 	}
 	if x.res.timings.FirstByte == 0 {
 		x.res.timings.FirstByte = time.Since(x.start)
 	}
+	x.lastActivity = time.Now()
 	x.out.write(p)
 	return !x.hook(StageResponseBody)
 }

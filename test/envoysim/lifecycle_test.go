@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 )
@@ -138,6 +139,23 @@ func TestDisconnectAt(t *testing.T) {
 			t.Errorf("server saw %s", got)
 		}
 	})
+}
+
+// StageResponseCommitted comes once the response headers reached the
+// client; a client leaving there gets nothing more.
+func TestDisconnectAtResponseCommitted(t *testing.T) {
+	addr, _ := recordingBackend(t)
+	var stages []Stage
+	sim := newSim(t, headersOnly(), serveAll(nil, addr))
+	resp, err := sim.Do(t.Context(), Request{DisconnectAt: func(s Stage) bool { stages = append(stages, s); return false }})
+	wantStatus(t, resp, err, http.StatusOK)
+	if i := slices.Index(stages, StageResponseCommitted); i < 0 || slices.Index(stages, StageResponseBody) < i {
+		t.Errorf("stages %v", stages)
+	}
+	_, err = sim.Do(t.Context(), Request{DisconnectAt: func(s Stage) bool { return s == StageResponseCommitted }})
+	if !errors.Is(err, ErrDisconnected) {
+		t.Fatalf("err = %v", err)
+	}
 }
 
 // After the final reply the stream closes in the configured style: reset by

@@ -66,12 +66,9 @@ func (s *Sim) applyHeaderMutation(mut *extprocv3.HeaderMutation, h *headerMap, o
 		if opt.skipContentLength && key == "content-length" {
 			continue
 		}
-		if hv.GetValue() != "" && len(hv.GetRawValue()) != 0 {
-			s.stats.inc(statRejectedHeaderMutations)
-			return rejectf("Only one of value or raw_value in the HeaderValue message should be set.")
-		}
-		// Envoy reads raw_value only: a mutation that fills only value sets
-		// an empty header.
+		// Envoy reads raw_value only (mutation_utils.cc:204 since 1.32): a
+		// value next to it is ignored, and a mutation that fills only value
+		// sets an empty header.
 		value := string(hv.GetRawValue())
 		if !validHeaderName(hv.GetKey()) || !validHeaderValue(value) {
 			s.stats.inc(statRejectedHeaderMutations)

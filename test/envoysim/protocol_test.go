@@ -91,13 +91,18 @@ func TestProtocolConfigAndAttributes_FirstMessageOnly(t *testing.T) {
 // BufferBodyOverridePostWithEmptyBody: an empty body is one empty message.
 func TestBodyShapes(t *testing.T) {
 	tests := []struct {
-		name string
-		body []byte
-		want []string
+		name   string
+		body   []byte
+		header http.Header
+		want   []string
 	}{
-		{"no body", nil, []string{"request_headers+eos"}},
-		{"empty body", []byte{}, []string{"request_headers", `request_body("")+eos`}},
-		{"body", []byte("hello"), []string{"request_headers", `request_body("hello")+eos`}},
+		{"no body", nil, nil, []string{"request_headers+eos"}},
+		// An HTTP/2 (or HTTP/1 chunked) empty body: one empty body message.
+		{"empty body", []byte{}, nil, []string{"request_headers", `request_body("")+eos`}},
+		// HTTP/1 Content-Length: 0 is dispatched as headers with
+		// end_of_stream (http1/codec_impl.cc:1240-1262): no body message.
+		{"http1 content-length 0", []byte{}, http.Header{"Content-Length": {"0"}}, []string{"request_headers+eos"}},
+		{"body", []byte("hello"), nil, []string{"request_headers", `request_body("hello")+eos`}},
 	}
 	for _, bm := range []struct {
 		name string
@@ -111,7 +116,7 @@ func TestBodyShapes(t *testing.T) {
 				addr, seen := recordingBackend(t)
 				rec := &recorder{}
 				sim := newSim(t, bm.mode, serveAll(rec, addr))
-				resp, err := sim.Do(t.Context(), Request{Method: http.MethodPost, Body: tt.body})
+				resp, err := sim.Do(t.Context(), Request{Method: http.MethodPost, Header: tt.header, Body: tt.body})
 				wantStatus(t, resp, err, http.StatusOK)
 				if got := rec.shapes(); !slices.Equal(got, tt.want) {
 					t.Errorf("server saw %q, want %q", got, tt.want)

@@ -66,6 +66,8 @@ const (
 	StageResponseHeaders
 	// StageResponseBody: a response body chunk was delivered to the client.
 	StageResponseBody
+	// StageResponseCommitted: the response headers reached the client.
+	StageResponseCommitted
 )
 
 // String returns the stage's name.
@@ -81,6 +83,8 @@ func (s Stage) String() string {
 		return "response-headers"
 	case StageResponseBody:
 		return "response-body"
+	case StageResponseCommitted:
+		return "response-committed"
 	}
 	return fmt.Sprintf("Stage(%d)", int(s))
 }

@@ -68,7 +68,10 @@ func TestResponse_StreamedChunks(t *testing.T) {
 	}
 }
 
-// A content-length body ends with end_of_stream on its last chunk; an empty
+// The HTTP/1 codec always ends a response with an empty
+// decodeData(end_stream=true), content-length or not
+// (http1/codec_impl.cc:1611-1636, ClientConnectionImpl::onMessageCompleteBase),
+// so a content-length body ends with an empty end_of_stream chunk; an empty
 // body ends the stream on the headers.
 func TestResponse_ContentLengthShapes(t *testing.T) {
 	for _, tt := range []struct {
@@ -76,7 +79,7 @@ func TestResponse_ContentLengthShapes(t *testing.T) {
 		body string
 		want []string
 	}{
-		{"body", "hello", []string{"request_headers+eos", "response_headers", `response_body("hello")+eos`}},
+		{"body", "hello", []string{"request_headers+eos", "response_headers", `response_body("hello")`, `response_body("")+eos`}},
 		{"empty", "", []string{"request_headers+eos", "response_headers+eos"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -52,7 +52,7 @@ func (x *exchange) route() {
 	addr, ok := x.destination()
 	if !ok {
 		x.sim.stats.inc(statNoHealthyUpstream)
-		x.localReply(http.StatusServiceUnavailable, []byte("no healthy upstream"), nil, "no_healthy_upstream")
+		x.envoyReply(http.StatusServiceUnavailable, []byte("no healthy upstream"), "no_healthy_upstream")
 		return
 	}
 	x.endpoint = addr
@@ -61,6 +61,7 @@ func (x *exchange) route() {
 		return
 	}
 	x.sim.stats.inc(statUpstreamRequests)
+	x.sentUpstream = true
 	x.up = x.sim.startUpstream(req)
 }
 
@@ -184,14 +185,14 @@ func (c *upstreamCall) run(rt http.RoundTripper, req *http.Request) {
 	if !c.emit(upstreamEvent{kind: upHeaders, headers: responseHeaderMap(resp), noBody: noBody}) || noBody {
 		return
 	}
+	// The HTTP/1 codec always ends a response with an empty
+	// decodeData(end_stream=true), content-length or not
+	// (http1/codec_impl.cc:1611-1636): no data chunk carries the end.
 	buf := make([]byte, upstreamReadSize)
-	var total int64
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
-			total += int64(n)
-			eos := resp.ContentLength >= 0 && total >= resp.ContentLength
-			if !c.emit(upstreamEvent{kind: upData, data: bytes.Clone(buf[:n]), eos: eos}) || eos {
+			if !c.emit(upstreamEvent{kind: upData, data: bytes.Clone(buf[:n])}) {
 				return
 			}
 		}
@@ -247,9 +248,9 @@ func (x *exchange) upstreamFailed(ev upstreamEvent) {
 		if errors.As(ev.err, &op) && op.Op == "dial" {
 			reason = "connection_failure"
 		}
-		x.localReply(http.StatusServiceUnavailable,
+		x.envoyReply(http.StatusServiceUnavailable,
 			[]byte("upstream connect error or disconnect/reset before headers. reset reason: "+strings.ReplaceAll(reason, "_", " ")),
-			nil, "upstream_reset_before_response_started{"+reason+"}")
+			"upstream_reset_before_response_started{"+reason+"}")
 		return
 	}
 	x.complete = true

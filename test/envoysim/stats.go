@@ -54,6 +54,15 @@ type Stats struct {
 	LocalReplies uint64
 	// DownstreamDisconnects counts requests whose client went away.
 	DownstreamDisconnects uint64
+	// RequestTooLarge counts 413s for a BUFFERED body over the buffer
+	// limit (downstream_rq_too_large).
+	RequestTooLarge uint64
+	// DownstreamTimeouts counts stream_idle_timeout and request_timeout
+	// expiries (downstream_rq_idle_timeout, downstream_rq_timeout).
+	DownstreamTimeouts uint64
+	// LocalRepliesProcessed counts Envoy's own local replies sent through
+	// ext_proc (Envoy 1.37 and later).
+	LocalRepliesProcessed uint64
 }
 
 // stat indexes counters.
@@ -78,6 +87,9 @@ const (
 	statUpstreamResets
 	statLocalReplies
 	statDownstreamDisconnects
+	statRequestTooLarge
+	statDownstreamTimeouts
+	statLocalRepliesProcessed
 	numStats
 )
 
@@ -106,5 +118,8 @@ func (c *counters) snapshot() Stats {
 		UpstreamResets:                 c[statUpstreamResets].Load(),
 		LocalReplies:                   c[statLocalReplies].Load(),
 		DownstreamDisconnects:          c[statDownstreamDisconnects].Load(),
+		RequestTooLarge:                c[statRequestTooLarge].Load(),
+		DownstreamTimeouts:             c[statDownstreamTimeouts].Load(),
+		LocalRepliesProcessed:          c[statLocalRepliesProcessed].Load(),
 	}
 }
