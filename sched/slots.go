@@ -102,10 +102,11 @@ func (s *Scheduler) applyCapacity(c uint32) {
 
 // freeSlots returns free(p) (see the top of this file).
 func (s *Scheduler) freeSlots(p Priority) uint32 {
-	if s.inFlightTotal >= s.capacity {
+	occ := s.occupied()
+	if s.warming || occ >= s.capacity {
 		return 0
 	}
-	free := s.capacity - s.inFlightTotal
+	free := s.capacity - occ
 	for h := p + 1; h < NumPriorities; h++ {
 		if r, in := s.reserved[h], s.inFlight[h]; r > in {
 			if r-in >= free {
@@ -125,7 +126,7 @@ func (s *Scheduler) slotOpen(e *entry) bool {
 	case !s.prio:
 		return true
 	case e.promoted:
-		return s.inFlightTotal < s.capacity
+		return !s.warming && s.occupied() < s.capacity
 	default:
 		return s.freeSlots(e.prio) > 0
 	}
@@ -136,7 +137,7 @@ func (s *Scheduler) slotOpen(e *entry) bool {
 // in the class, so lower classes cannot pass when it cannot), or a promoted
 // one while in_flight < capacity. O(classes).
 func (s *Scheduler) slotsForQueued() bool {
-	if s.inFlightTotal >= s.capacity {
+	if s.warming || s.occupied() >= s.capacity {
 		return false
 	}
 	for p := NumPriorities - 1; p >= 0; p-- {
