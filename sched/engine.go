@@ -116,6 +116,36 @@ type engineState struct {
 	seed       uint32
 	seedBlocks uint64
 	seedState  seedState
+	// recent holds the booking times of the rank's last len(recent)
+	// requests (ring, nRecent written so far): a report read at time at
+	// cannot contain the requests booked after at.
+	recent  [recentBookings]instant
+	nRecent uint64
+	// prefilling counts the rank's requests in flight without a first
+	// token: the engine may not have received them yet. firsts holds the
+	// first-token times of the last len(firsts) requests (ring).
+	prefilling uint32
+	firsts     [recentBookings]instant
+	nFirsts    uint64
+}
+
+// recentBookings bounds the booking times kept per rank. More bookings
+// than this between a scrape and its report count as this many.
+const recentBookings = 32
+
+// bookedAfter counts the rank's recent bookings strictly after at.
+func (e *engineState) bookedAfter(at instant) uint32 { return countAfter(&e.recent, e.nRecent, at) }
+
+// countAfter counts the times in the first n (at most len) of ring
+// strictly after at.
+func countAfter(ring *[recentBookings]instant, n uint64, at instant) uint32 {
+	var c uint32
+	for i := range min(n, recentBookings) {
+		if ring[i] > at {
+			c++
+		}
+	}
+	return c
 }
 
 // engineOn reports whether engine reports are used at all.
@@ -160,6 +190,13 @@ func (s *Scheduler) occupied() uint32 {
 
 // bookSince counts e, just booked on r, as arrived since r's last report.
 func (s *Scheduler) bookSince(e *entry, r *rankState) {
+	if !s.engineOn() {
+		return
+	}
+	r.eng.recent[r.eng.nRecent%recentBookings] = s.now
+	r.eng.nRecent++
+	r.eng.prefilling++
+	e.flags |= flagPrefilling
 	e.epoch = r.eng.epoch
 	e.flags |= flagSince
 	r.eng.since++
@@ -167,6 +204,13 @@ func (s *Scheduler) bookSince(e *entry, r *rankState) {
 
 // unbookSince takes e out of its rank's since count (first token or end).
 func (s *Scheduler) unbookSince(e *entry) {
+	if e.flags&flagPrefilling != 0 {
+		e.flags &^= flagPrefilling
+		r := &e.rank.eng
+		r.prefilling--
+		r.firsts[r.nFirsts%recentBookings] = s.now
+		r.nFirsts++
+	}
 	if e.flags&flagSince == 0 {
 		return
 	}
@@ -226,7 +270,9 @@ func (s *Scheduler) record(l *EngineLoad) {
 	r.eng.waiting, r.eng.running = l.Waiting, l.Running
 	r.eng.kv, r.eng.kvBlocks, r.eng.maxRunning = min(kv, 1), l.KVBlocks, l.MaxRunning
 	r.eng.epoch++
-	r.eng.since = 0
+	// The requests booked after the scrape are not in it: they count as
+	// waiting until the next report (they may have started meanwhile).
+	r.eng.since = r.eng.bookedAfter(at)
 }
 
 // applySeeds moves every rank's warm-start seed (see the top of the file)
@@ -262,7 +308,12 @@ func (s *Scheduler) seedRank(r *rankState) {
 	}
 	reported := uint64(e.running) + uint64(e.waiting)
 	var beyond uint32
-	if booked := uint64(r.requests); reported > booked {
+	// Only the bookings the engine had surely seen when it was read (past
+	// their first token by then) explain its load; one still in transit
+	// must not lower the seed. The seed may therefore stay a little high
+	// while requests are in prefill, never low.
+	unsure := uint64(e.prefilling) + uint64(countAfter(&e.firsts, e.nFirsts, e.at))
+	if booked := uint64(r.requests) - min(unsure, uint64(r.requests)); reported > booked {
 		beyond = uint32(min(reported-booked, math.MaxUint32))
 	}
 	if e.seedState == seedPending {

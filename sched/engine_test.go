@@ -122,7 +122,11 @@ func TestEngine_WarmStartSeedsSlotsFromReports(t *testing.T) {
 	if st := h.s.Stats(); st.Seeded != 6 || st.Warming {
 		t.Fatalf("seeded %d warming %v, want 6 false", st.Seeded, st.Warming)
 	}
-	// Old requests end: the engines report only ours (plus one old on a).
+	// Our requests produce their first tokens (the engines have surely
+	// seen them), then old requests end: the engines report only ours
+	// (plus one old on a).
+	h.at(500 * time.Millisecond)
+	h.want("first tokens", append(h.first(1), h.first(2)...))
 	h.at(600 * time.Millisecond)
 	h.want("decay", h.report(EngineLoad{Worker: "a", Running: 2}, EngineLoad{Worker: "b", Running: 1}),
 		"dispatch 3 b/0 queued")
@@ -136,6 +140,27 @@ func TestEngine_WarmStartSeedsSlotsFromReports(t *testing.T) {
 	if st := h.s.Stats(); st.Seeded != 1 {
 		t.Fatalf("seeded %d after outside load, want 1", st.Seeded)
 	}
+}
+
+func TestEngine_ReportDoesNotSeeLaterBookings(t *testing.T) {
+	cfg := simSMG(simZeroFloors)
+	cfg.Engine = simEngine()
+	h := newSim(t, cfg, simWorker("a", 4))
+	h.at(100 * time.Millisecond)
+	h.report(EngineLoad{Worker: "a", Running: 3})
+	h.at(120 * time.Millisecond)
+	h.want("one free", h.submit(simReq(1, PriorityDefault, 16)), "dispatch 1 a/0")
+	// A scrape read before request 1 was booked arrives after it: the
+	// engine's 3 are still the old requests, not request 1 and two old.
+	h.at(300 * time.Millisecond)
+	h.want("late report", h.report(EngineLoad{Worker: "a", Running: 3, At: simT0.Add(110 * time.Millisecond)}))
+	if st := h.s.Stats(); st.Seeded != 3 {
+		t.Fatalf("seeded %d, want 3", st.Seeded)
+	}
+	if r := h.rank("a", 0); r.Engine.Since != 1 {
+		t.Fatalf("since %d, want 1 (booked after the scrape)", r.Engine.Since)
+	}
+	h.want("full", h.submit(simReq(2, PriorityDefault, 16)))
 }
 
 func TestEngine_WarmStartHoldEndsAfterWarmWait(t *testing.T) {

@@ -92,6 +92,8 @@ const (
 	flagPreemptible
 	// flagSince: the request is counted in its rank's since-report count.
 	flagSince
+	// flagPrefilling: the request is counted in its rank's prefilling count.
+	flagPrefilling
 )
 
 // New builds a scheduler over an initial worker set. It fails when the SMG

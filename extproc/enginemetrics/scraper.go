@@ -195,7 +195,10 @@ func (s *Scraper) Run(ctx context.Context) {
 		s.start(r)
 	}
 	s.mu.Unlock()
-	tick := time.NewTicker(s.cfg.Interval)
+	// Rounds are handed over five times per interval: a reading waits at
+	// most a fifth of an interval, and the dispatcher sees a few events
+	// per interval, not one per worker.
+	tick := time.NewTicker(max(s.cfg.Interval/5, 10*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {

@@ -1,0 +1,157 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/test/mockworker"
+)
+
+// TestEngine_SlowWorkerIsAvoidedWithMetrics runs the engine-truth scenario
+// at a small size: without engine metrics worker-0 keeps its share of the
+// requests, with them it is passed over while its engine queue is past the
+// threshold.
+func TestEngine_SlowWorkerIsAvoidedWithMetrics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two arms of a few seconds each")
+	}
+	arms, err := runEngine(t.Context(), engineConfig{requests: 90, speed: 2, seed: 1, log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, on := arms[0], arms[1]
+	for _, a := range arms {
+		if a.Non200 != 0 || a.Total != 90 {
+			t.Fatalf("%s: %d of %d requests not 200", a.Name, a.Non200, a.Total)
+		}
+		t.Logf("%s: TTFT p50 %v p99 %v, %d to worker-0, peak queue %d", a.Name, a.P50, a.P99, a.ToSlow, a.PeakQueue)
+	}
+	if off.ToSlow < 8 {
+		t.Errorf("bookings only: %d requests to worker-0; want about a third of 90", off.ToSlow)
+	}
+	if 3*on.ToSlow >= 2*off.ToSlow {
+		t.Errorf("with engine metrics %d requests went to worker-0, without %d; want at least a third fewer", on.ToSlow, off.ToSlow)
+	}
+}
+
+// TestEngine_FailoverWarmStartStaysWithinCapacity: two workers already
+// run 3 requests each for a server that is gone; a new server starts and
+// gets a burst of 8. The workers state no max_running_requests; their
+// engines report 4 (SGLang naming). With the warm start the new server
+// admits only the free slots, so no engine ever queues; without it (the
+// control) it takes the workers for idle and floods them.
+func TestEngine_FailoverWarmStartStaysWithinCapacity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two servers of about two seconds each")
+	}
+	for _, warm := range []bool{true, false} {
+		peaks := runFailover(t, warm)
+		for i, p := range peaks {
+			t.Logf("warm start %v: worker-%d peak running %d, peak waiting %d", warm, i, p.MaxRunning, p.MaxWaiting)
+			if warm && (p.MaxRunning > 4 || p.MaxWaiting > 0) {
+				t.Errorf("warm start: worker-%d ran %d and queued %d; want at most its 4 and no queue", i, p.MaxRunning, p.MaxWaiting)
+			}
+		}
+		if !warm && peaks[0].MaxWaiting+peaks[1].MaxWaiting == 0 {
+			t.Errorf("without warm start no engine queued: the scenario does not detect a flood")
+		}
+	}
+}
+
+// runFailover runs one failover and returns each worker's stats after the
+// new server's first second.
+func runFailover(t *testing.T, warm bool) []mockworker.Stats {
+	t.Helper()
+	ctx := t.Context()
+	log := testLogger(t)
+	gate := mockworker.NewGate()
+	hold := func(ctx context.Context, req mockworker.RequestInfo) error {
+		if req.Header.Get("X-Old-Leader") != "" {
+			return gate.Wait(ctx, req)
+		}
+		return nil
+	}
+	st := &stack{}
+	t.Cleanup(func() {
+		gate.Open()
+		st.close()
+	})
+	var workers []extproc.Worker
+	for i := range 2 {
+		sw, err := startWorker(ctx, fmt.Sprintf("worker-%d", i), workerSpec{
+			maxNumSeqs: 4, prefillRate: 8000, decodeRate: 50, hold: hold, naming: "sglang",
+		}, 1, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.workers = append(st.workers, sw)
+		workers = append(workers, extproc.Worker{ID: sw.id, Address: sw.addr, Model: demoModel})
+	}
+	// The old server's requests: three in flight on each worker.
+	var old sync.WaitGroup
+	t.Cleanup(old.Wait)
+	for _, sw := range st.workers {
+		for i := range 3 {
+			old.Go(func() {
+				body := completionBody(7000+i, 64, 4, false)
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+sw.addr+"/v1/completions", bytes.NewReader(body))
+				if err != nil {
+					return
+				}
+				req.Header.Set("X-Old-Leader", "1")
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
+			})
+		}
+		if err := sw.w.Await(ctx, func(s mockworker.Stats) bool { return s.Running == 3 }); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cfg, err := engineServerConfig(serverSpec{priority: true, seed: 1}, true, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Sched.Engine.WarmStart = warm
+	for p := range cfg.Sched.Priority.Classes {
+		// No reservations: every slot is open to the burst's class.
+		cfg.Sched.Priority.Classes[p].ReservedFloor = 0
+		cfg.Sched.Priority.Classes[p].ReservedPerSlot = 0
+	}
+	if err := st.startServer(ctx, cfg, workers); err != nil {
+		t.Fatal(err)
+	}
+	// The burst arrives with the new server: 8 requests of a second each.
+	var burst sync.WaitGroup
+	bctx, stopBurst := context.WithCancel(ctx)
+	defer func() { stopBurst(); burst.Wait() }()
+	for i := range 8 {
+		burst.Go(func() {
+			spec := &reqSpec{id: fmt.Sprintf("burst-%d", i), tokenID: 100 + i, tokens: 64, maxTokens: 50, stream: true}
+			_, _ = st.sim.Do(bctx, spec.request())
+		})
+	}
+	if err := sleepCtx(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := st.srv.Stats(ctx); ok {
+		t.Logf("capacity %d seeded %d warming %v inflight %v", s.Capacity, s.Seeded, s.Warming, s.InFlight)
+		for _, r := range s.Ranks {
+			t.Logf("rank %s: booked %d engine %+v", r.Worker, r.ActiveRequests, r.Engine)
+		}
+	}
+	var out []mockworker.Stats
+	for _, sw := range st.workers {
+		out = append(out, sw.w.Stats())
+	}
+	return out
+}
