@@ -1,6 +1,7 @@
 package enginemetrics
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"math"
@@ -70,10 +71,42 @@ type Report struct {
 // load series: the URL is not an engine's metrics endpoint.
 var ErrNoEngineMetrics = fmt.Errorf("enginemetrics: no vllm or sglang load series")
 
+// known lists the families Parse reads.
+var known = map[string]bool{
+	vllmWaiting: true, vllmRunning: true, vllmKVUsage: true, vllmGPUCacheUsage: true, vllmCacheConfig: true, vllmLoRA: true,
+	sglangWaiting: true, sglangRunning: true, sglangTokenUsage: true, sglangCacheConfig: true, sglangMaxRunning: true,
+}
+
 // Parse reads a Prometheus text exposition.
 func Parse(r io.Reader) (Report, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return Report{}, fmt.Errorf("enginemetrics: %w", err)
+	}
+	return ParseBytes(b)
+}
+
+// ParseBytes parses an exposition held in memory. Only the lines of the
+// families it reads reach the Prometheus parser: an engine's histograms,
+// most of its body, are skipped by a scan for line starts.
+func ParseBytes(data []byte) (Report, error) {
+	var kept bytes.Buffer
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i+1], data[i+1:]
+		} else {
+			data = nil
+		}
+		if wanted(line) {
+			kept.Write(line)
+			if line[len(line)-1] != '\n' {
+				kept.WriteByte('\n')
+			}
+		}
+	}
 	p := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := p.TextToMetricFamilies(r)
+	fams, err := p.TextToMetricFamilies(&kept)
 	if err != nil {
 		return Report{}, fmt.Errorf("enginemetrics: %w", err)
 	}
@@ -136,6 +169,25 @@ func Parse(r io.Reader) (Report, error) {
 		return Report{}, ErrNoEngineMetrics
 	}
 	return Report{Loads: b.loads(), Engine: engine}, nil
+}
+
+// wanted reports whether an exposition line belongs to a known family: a
+// sample whose name is known, or its # HELP or # TYPE comment. Other
+// comments and blank lines are dropped too. A line the parser would reject
+// is kept when it starts like a known name, so a broken body still fails.
+func wanted(line []byte) bool {
+	if rest, ok := bytes.CutPrefix(line, []byte("# HELP ")); ok {
+		line = rest
+	} else if rest, ok := bytes.CutPrefix(line, []byte("# TYPE ")); ok {
+		line = rest
+	} else if len(line) > 0 && line[0] == '#' {
+		return false
+	}
+	end := bytes.IndexAny(line, "{ \t\n")
+	if end < 0 {
+		end = len(line)
+	}
+	return known[string(line[:end])]
 }
 
 // builder collects loads by rank.

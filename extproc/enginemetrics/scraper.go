@@ -1,7 +1,6 @@
 package enginemetrics
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -319,7 +318,7 @@ func (s *Scraper) scrape(ctx context.Context, t Target) Result {
 	if int64(len(body)) > s.cfg.MaxBodyBytes {
 		return fail(ReasonBody, fmt.Errorf("enginemetrics: %s: body exceeds %d bytes", t.URL, s.cfg.MaxBodyBytes))
 	}
-	rep, err := Parse(bytes.NewReader(body))
+	rep, err := ParseBytes(body)
 	if err != nil {
 		return fail(ReasonParse, err)
 	}
