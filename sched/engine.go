@@ -22,8 +22,8 @@ import (
 //   - Staleness. A report older than MaxAge at the time of the decision is
 //     ignored: the rank is judged by its bookings alone. A whole-fleet
 //     outage therefore falls back to bookings and never halts dispatch.
-//   - Warm start. Until the first report round after New (or Resume), the
-//     SMG slot gate admits nothing, for at most WarmWait. Each rank's first
+//   - Warm start. After New (or Resume) the SMG slot gate admits nothing
+//     until every rank has reported, for at most WarmWait. Each rank's first
 //     fresh report seeds it with the engine's running + waiting requests
 //     not covered by its bookings; the seed holds slots in the SMG pool and
 //     adds to the rank's selection cost. Later reports only lower it
@@ -51,7 +51,7 @@ type EngineConfig struct {
 	// WarmStart enables the warm start.
 	WarmStart bool
 	// WarmWait bounds how long the warm start holds the slot gate closed
-	// waiting for the first report round. 0 means no hold: ranks are
+	// waiting for every rank's first report. 0 means no hold: ranks are
 	// seeded as their reports arrive.
 	WarmWait time.Duration
 	// Capacity takes the slot count of workers without
@@ -224,9 +224,9 @@ func (s *Scheduler) unbookSince(e *entry) {
 // capacity, and runs a dispatch pass (a rank may have stopped or started
 // being saturated, a slot may have been freed). Reports for unknown or
 // removed ranks are ignored; a report older than the one recorded is
-// ignored. The shell calls it once per scrape round, failed scrapes
-// included (with the loads that were read), so that a round ends the warm
-// start's hold and staleness is noticed at least once per round.
+// ignored. The shell calls it regularly, with whatever loads were read
+// since the last call (possibly none), so that staleness is noticed at
+// least that often.
 func (s *Scheduler) ReportLoad(now time.Time, loads []EngineLoad) []Action {
 	s.actions = s.actions[:0]
 	t := s.at(now)
@@ -240,7 +240,7 @@ func (s *Scheduler) ReportLoad(now time.Time, loads []EngineLoad) []Action {
 			changed = s.applyEngineCapacity() || changed
 		}
 	}
-	if s.warming {
+	if s.warming && s.allSeeded() {
 		s.warming = false
 		changed = true
 	}
@@ -374,6 +374,19 @@ func (s *Scheduler) startWarm(t instant) {
 	if s.cfg.Engine.WarmWait > 0 && s.prio {
 		s.warming, s.warmUntil = true, addSat(t, s.cfg.Engine.WarmWait)
 	}
+}
+
+// allSeeded reports whether every rank of the current workers has left
+// the pending warm-start state (it reported, or its report was stale).
+func (s *Scheduler) allSeeded() bool {
+	for _, w := range s.workers {
+		for _, r := range w.ranks {
+			if r.eng.seedState == seedPending {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // endWarmIfDue ends the warm start's hold once WarmWait has passed.

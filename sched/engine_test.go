@@ -163,6 +163,17 @@ func TestEngine_ReportDoesNotSeeLaterBookings(t *testing.T) {
 	h.want("full", h.submit(simReq(2, PriorityDefault, 16)))
 }
 
+func TestEngine_WarmStartHoldsUntilEveryRankReported(t *testing.T) {
+	cfg := simSMG(simZeroFloors)
+	cfg.Engine = simEngine()
+	h := newSim(t, cfg, simWorker("a", 4), simWorker("b", 4))
+	h.want("warming", h.submit(simReq(1, PriorityDefault, 16)))
+	h.at(100 * time.Millisecond)
+	h.want("only a reported", h.report(EngineLoad{Worker: "a", Running: 4}))
+	h.at(200 * time.Millisecond)
+	h.want("b reported", h.report(EngineLoad{Worker: "b", Running: 1}), "dispatch 1 b/0 queued")
+}
+
 func TestEngine_WarmStartHoldEndsAfterWarmWait(t *testing.T) {
 	cfg := simSMG(simZeroFloors)
 	cfg.Engine = simEngine()

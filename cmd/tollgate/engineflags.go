@@ -82,9 +82,10 @@ func (o *engineOptions) configs() (*enginemetrics.Config, sched.EngineConfig, er
 		WaitingThreshold: uint32(o.waiting),
 		KVThreshold:      o.kv,
 		WarmStart:        o.warmStart,
-		// The hold waits for the first round: every worker tried once,
-		// bounded by one interval plus one timeout.
-		WarmWait: o.interval + o.timeout,
+		// The hold waits for every worker's first reading; each is tried
+		// at once and again every interval (+10 % jitter), so two
+		// intervals plus a timeout bound it unless scrapes fail.
+		WarmWait: 2*o.interval + o.timeout,
 		Capacity: o.capacity,
 	}
 	return sc, ec, nil

@@ -6,9 +6,9 @@
 // A Scraper polls every target's metrics URL on its own goroutine, every
 // interval with jitter, at most MaxInFlight scrapes at a time across all
 // targets, each bounded by a timeout and a body size limit. Results are
-// batched: once per interval (and as soon as every target has been tried
-// once after a start) the Scraper hands one Round, the loads read since
-// the last round and the failures, to its sink. A failed scrape is counted
+// batched: five times per interval (and as soon as every target has been
+// tried once after a start) the Scraper hands one Round, the loads read
+// since the last round and the failures, to its sink. A failed scrape is counted
 // and only leaves that worker's last report to age; it never blocks the
 // sink or the other targets. The Scraper owns its goroutines; Run returns
 // after every one has ended.

@@ -82,7 +82,7 @@ func engineServerConfig(spec serverSpec, withMetrics bool, log *slog.Logger) (ex
 	cfg.EngineMetrics = &enginemetrics.Config{}
 	cfg.Sched.Engine = sched.EngineConfig{
 		MaxAge: 2 * time.Second, Saturation: true, WaitingThreshold: 5, KVThreshold: 0.8,
-		WarmStart: true, WarmWait: enginemetrics.DefaultInterval + enginemetrics.DefaultTimeout, Capacity: true,
+		WarmStart: true, WarmWait: 2*enginemetrics.DefaultInterval + enginemetrics.DefaultTimeout, Capacity: true,
 	}
 	return cfg, nil
 }
