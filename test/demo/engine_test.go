@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -154,4 +155,69 @@ func runFailover(t *testing.T, warm bool) []mockworker.Stats {
 		out = append(out, sw.w.Stats())
 	}
 	return out
+}
+
+// TestEngine_ScrapeOutageNeverHaltsDispatch points every worker's metrics
+// URL (the per-worker override) at endpoints that hang, fail or send
+// garbage: with the priority scheduler and the warm start on, requests are
+// still served (after the warm start's bounded hold), and every failure is
+// counted under its reason.
+func TestEngine_ScrapeOutageNeverHaltsDispatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the warm start's hold")
+	}
+	ctx := t.Context()
+	log := testLogger(t)
+	bad := map[string]http.HandlerFunc{
+		"timeout":     func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
+		"http_status": func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "boom", http.StatusInternalServerError) },
+		"parse":       func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("vllm:num_requests_waiting{{{ x\n")) },
+	}
+	st := &stack{}
+	t.Cleanup(st.close)
+	var workers []extproc.Worker
+	reasons := []string{"timeout", "http_status", "parse"}
+	for i, reason := range reasons {
+		sw, err := startWorker(ctx, fmt.Sprintf("worker-%d", i), workerSpec{maxNumSeqs: 4, prefillRate: 8000, decodeRate: 50}, 1, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.workers = append(st.workers, sw)
+		metrics := httptest.NewServer(bad[reason])
+		t.Cleanup(metrics.Close)
+		workers = append(workers, extproc.Worker{ID: sw.id, Address: sw.addr, Model: demoModel, MetricsURL: metrics.URL + "/metrics"})
+	}
+	cfg, err := engineServerConfig(serverSpec{priority: true, seed: 1}, true, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.startServer(ctx, cfg, workers); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	statuses := make([]int, 6)
+	for i := range statuses {
+		wg.Go(func() {
+			spec := &reqSpec{id: fmt.Sprintf("outage-%d", i), tokenID: 10 + i, tokens: 32, maxTokens: 2, stream: true}
+			if resp, err := st.sim.Do(ctx, spec.request()); err == nil {
+				statuses[i] = resp.Status
+			}
+		})
+	}
+	wg.Wait()
+	for i, s := range statuses {
+		if s != http.StatusOK {
+			t.Errorf("request %d: status %d, want 200", i, s)
+		}
+	}
+	m, err := scrapeMetrics(ctx, st.metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, reason := range reasons {
+		worker := fmt.Sprintf("worker-%d", i)
+		if n := m.value("tollgate_engine_scrape_failures_total", map[string]string{"worker": worker, "reason": reason}); n < 1 {
+			t.Errorf("%s: %s failures %v, want >= 1", worker, reason, n)
+		}
+	}
 }
