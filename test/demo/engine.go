@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"text/tabwriter"
@@ -28,7 +29,7 @@ const (
 	// saturation threshold (5 waiting) most of the time.
 	engineOutside = 12
 	// engineClients is the number of tollgate clients sending in a loop.
-	engineClients = 12
+	engineClients = 8
 	// engineRequests is the tollgate requests per arm (at full size).
 	engineRequests = 240
 	enginePrompt   = 256
@@ -249,5 +250,19 @@ func engineChart(arms []*engineArm) Chart {
 			Points: a.Queue,
 		})
 	}
-	return Chart{Title: "Engine metrics: a worker busy with traffic tollgate did not route", Panels: []Panel{p}}
+	cdf := Panel{
+		Title:  "time to first token of tollgate's requests",
+		XLabel: "time to first token (ms)",
+		YLabel: "requests with at most that TTFT",
+	}
+	for i, a := range arms {
+		ds := slices.Clone(a.TTFT)
+		slices.Sort(ds)
+		s := Series{Name: a.Name, Color: palette[i%len(palette)], Points: []Point{{0, 0}}}
+		for j, d := range ds {
+			s.Points = append(s.Points, Point{X: float64(d) / float64(time.Millisecond), Y: float64(j + 1)})
+		}
+		cdf.Series = append(cdf.Series, s)
+	}
+	return Chart{Title: "Engine metrics: a worker busy with traffic tollgate did not route", Panels: []Panel{p, cdf}}
 }
