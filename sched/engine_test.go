@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"strconv"
 	"testing"
 	"time"
 )
@@ -255,3 +256,34 @@ func TestEngine_ConfigValidation(t *testing.T) {
 }
 
 func itoa(v uint64) string { return string(rune('0' + v)) }
+
+// BenchmarkScheduler_ReportLoad is one report round of 256 workers, every
+// use on and requests in flight: the dispatcher's cost per round.
+func BenchmarkScheduler_ReportLoad(b *testing.B) {
+	const workers = 256
+	cfg := simSMG(simZeroFloors)
+	cfg.Engine = simEngine()
+	ws := make([]Worker, workers)
+	loads := make([]EngineLoad, workers)
+	for i := range ws {
+		ws[i] = Worker{ID: "w" + strconv.Itoa(i), MaxRunningRequests: 64}
+		loads[i] = EngineLoad{Worker: ws[i].ID, Waiting: uint32(i % 7), Running: 10, KVUsage: 0.5, KVBlocks: 1000}
+	}
+	s, err := New(cfg, ws)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := simT0
+	s.ReportLoad(now, loads)
+	for id := range uint64(1000) {
+		s.Submit(now, Request{ID: id, Model: "m", Priority: PriorityDefault, ISL: 256})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(100 * time.Millisecond)
+		for i := range loads {
+			loads[i].At = now
+		}
+		s.ReportLoad(now, loads)
+	}
+}
