@@ -150,6 +150,24 @@ func runFailover(t *testing.T, warm bool) []mockworker.Stats {
 			t.Logf("rank %s: booked %d engine %+v", r.Worker, r.ActiveRequests, r.Engine)
 		}
 	}
+	m, err := scrapeMetrics(ctx, st.metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What tollgate saw next to what it booked.
+	for _, sw := range st.workers {
+		l := map[string]string{"worker": sw.id, "rank": "0"}
+		running := m.value("tollgate_engine_reported_requests", map[string]string{"worker": sw.id, "rank": "0", "state": "running"})
+		if running < 3 {
+			t.Errorf("%s: reported running %v; want the engine's 3 old requests at least", sw.id, running)
+		}
+		if len(m.matching("tollgate_worker_active_requests", l)) != 1 || len(m.matching("tollgate_engine_warm_seed_requests", l)) != 1 {
+			t.Errorf("%s: booked or seeded requests not exported", sw.id)
+		}
+		if n := m.value("tollgate_engine_scrapes_total", map[string]string{"worker": sw.id}); n < 1 {
+			t.Errorf("%s: %v scrapes counted", sw.id, n)
+		}
+	}
 	var out []mockworker.Stats
 	for _, sw := range st.workers {
 		out = append(out, sw.w.Stats())
