@@ -189,7 +189,9 @@ func TestEngine_ScrapeOutageNeverHaltsDispatch(t *testing.T) {
 	bad := map[string]http.HandlerFunc{
 		"timeout":     func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
 		"http_status": func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "boom", http.StatusInternalServerError) },
-		"parse":       func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("vllm:num_requests_waiting{{{ x\n")) },
+		"parse": func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte("vllm:num_requests_waiting{{{ x\n"))
+		},
 	}
 	st := &stack{}
 	t.Cleanup(st.close)
