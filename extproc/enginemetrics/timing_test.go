@@ -80,8 +80,17 @@ func TestScraper_Timing(t *testing.T) {
 				}
 			}
 		}
-		if loads != len(fast) || timeouts < 2 {
-			t.Errorf("%d loads for %d fast reads, %d slow timeouts", loads, len(fast), timeouts)
+		// Every fast reading made before the last round was handed over
+		// (a read completes at the instant it starts: the transport is in
+		// memory; one at the very instant of the last round may miss it).
+		handed := 0
+		for _, at := range fast {
+			if at < rounds[len(rounds)-1].At.Sub(start) {
+				handed++
+			}
+		}
+		if loads < handed || loads > len(fast) || handed < 3 || timeouts < 2 {
+			t.Errorf("%d loads for %d fast reads handed over (%d made), %d slow timeouts", loads, handed, len(fast), timeouts)
 		}
 		if first < 0 || first > DefaultInterval/5 {
 			t.Errorf("first reading handed over at %v; want within a fifth of an interval", first)
