@@ -18,7 +18,13 @@ type workerStats struct {
 	failures map[Reason]uint64
 	lastOK   time.Time
 	lastDur  time.Duration
+	// lora is the LoRA state of the last successful scrape, summed over
+	// ranks; nil when the engine reports none.
+	lora *loraCounts
 }
+
+// loraCounts are a worker's LoRA adapters by state and its adapter limit.
+type loraCounts struct{ running, waiting, max int }
 
 func newScrapeStats() scrapeStats {
 	return scrapeStats{
@@ -43,6 +49,18 @@ func (st *scrapeStats) observe(worker string, res Result) {
 		w.failures[res.Reason]++
 	} else {
 		w.lastOK = res.At
+		w.lora = nil
+		for _, l := range res.Report.Loads {
+			if l.LoRA == nil {
+				continue
+			}
+			if w.lora == nil {
+				w.lora = &loraCounts{}
+			}
+			w.lora.running += len(l.LoRA.Running)
+			w.lora.waiting += len(l.LoRA.Waiting)
+			w.lora.max += int(min(l.LoRA.MaxLoRA, 1<<20))
+		}
 	}
 	st.duration.Observe(res.Duration.Seconds())
 }
@@ -55,6 +73,9 @@ var (
 	descFailures = prometheus.NewDesc("tollgate_engine_scrape_failures_total",
 		"Failed engine metrics scrapes per worker and reason (timeout, connect, http_status, body, parse).",
 		[]string{"worker", "reason"}, nil)
+	descLoRA = prometheus.NewDesc("tollgate_engine_lora_adapters",
+		"LoRA adapters the worker's engine last reported (vllm:lora_requests_info), by state: running, waiting, max.",
+		[]string{"worker", "state"}, nil)
 	descAge = prometheus.NewDesc("tollgate_engine_metrics_age_seconds",
 		"Age of the worker's last successful engine metrics scrape (staleness); absent before the first.",
 		[]string{"worker"}, nil)
@@ -69,6 +90,7 @@ func (s *Scraper) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descScrapes
 	ch <- descFailures
 	ch <- descAge
+	ch <- descLoRA
 	s.stats.duration.Describe(ch)
 }
 
@@ -84,6 +106,11 @@ func (s *Scraper) Collect(ch chan<- prometheus.Metric) {
 		}
 		if !w.lastOK.IsZero() {
 			ch <- prometheus.MustNewConstMetric(descAge, prometheus.GaugeValue, now.Sub(w.lastOK).Seconds(), id)
+		}
+		if l := w.lora; l != nil {
+			ch <- prometheus.MustNewConstMetric(descLoRA, prometheus.GaugeValue, float64(l.running), id, "running")
+			ch <- prometheus.MustNewConstMetric(descLoRA, prometheus.GaugeValue, float64(l.waiting), id, "waiting")
+			ch <- prometheus.MustNewConstMetric(descLoRA, prometheus.GaugeValue, float64(l.max), id, "max")
 		}
 	}
 	s.stats.duration.Collect(ch)

@@ -43,6 +43,11 @@ vllm:lora_requests_info{engine="0",max_lora="4",running_lora_adapters="a",waitin
 	if diff := cmp.Diff([]string{"a", "b"}, r0.LoRA.Running); diff != "" || r0.LoRA.MaxLoRA != 4 {
 		t.Fatalf("lora %+v (newest series wins)", r0.LoRA)
 	}
+	st := newScrapeStats()
+	st.observe("w", Result{Report: rep})
+	if l := st.workers["w"].lora; l == nil || l.running != 2 || l.waiting != 0 || l.max != 4 {
+		t.Fatalf("lora counts %+v", l)
+	}
 	got := Target{Worker: "w", DPStart: 4, DPSize: 2}.Loads(rep, time.Unix(0, 0))
 	want := []sched.EngineLoad{
 		{Worker: "w", Rank: 4, At: time.Unix(0, 0), Waiting: 3, Running: 7, KVUsage: 0.5, KVBlocks: 2048},
