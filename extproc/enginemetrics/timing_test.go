@@ -97,3 +97,45 @@ func TestScraper_Timing(t *testing.T) {
 		}
 	})
 }
+
+// TestScraper_RemovedMidScrape: a worker removed while its scrape hangs
+// has the scrape cancelled and reports nothing more; the others go on.
+func TestScraper_RemovedMidScrape(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		started := make(chan struct{}, 1)
+		client := &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+			if r.URL.Host == "leaving" {
+				select {
+				case started <- struct{}{}:
+				default:
+				}
+				<-r.Context().Done()
+				return nil, r.Context().Err()
+			}
+			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(goodBody)), Request: r}, nil
+		})}
+		var mu sync.Mutex
+		results := map[string]int{}
+		s := New(Config{Client: client, Timeout: time.Minute, Interval: time.Second}, func(r Round) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, res := range r.Results {
+				results[res.Worker]++
+			}
+		})
+		stay := Target{Worker: "stay", URL: "http://stay/metrics"}
+		s.SetTargets([]Target{stay, {Worker: "leaving", URL: "http://leaving/metrics"}})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { s.Run(ctx); close(done) }()
+		<-started
+		s.SetTargets([]Target{stay})
+		synctest.Wait() // the leaving worker's loop has returned
+		time.Sleep(3 * time.Second)
+		cancel()
+		<-done
+		if results["leaving"] != 0 || results["stay"] < 3 {
+			t.Errorf("results %v; want none from the removed worker, one a second from the other", results)
+		}
+	})
+}
