@@ -40,8 +40,8 @@ type Scheduler struct {
 	inFlightTotal uint32
 	preemptible   [NumPriorities]entryList
 	// seeded is the sum of the ranks' warm-start seeds; they hold slots.
-	// While warming the slot gate admits nothing until warmUntil or the
-	// first report round; warmPending starts a warm start at the next
+	// While warming the slot gate admits nothing until every rank has
+	// reported or warmUntil has passed; warmPending starts a warm start at the next
 	// call (New and Resume have no time). now is the time of the current
 	// call (engine.go).
 	seeded      uint32

@@ -15,7 +15,9 @@ import (
 // saturating at 0: a higher class's unused reservation is withheld from
 // lower classes, C's own reservation does not limit C, and lower classes'
 // reservations are ignored. free is monotone in C. A starvation-promoted
-// entry ignores reservations and needs only in_flight < capacity.
+// entry ignores reservations and needs only in_flight < capacity. The
+// first in_flight includes the warm-start seeds (engine.go), and free is 0
+// for every class while the warm start holds the gate.
 
 // maxCapacity is SMG's u16 capacity ceiling.
 const maxCapacity = math.MaxUint16
