@@ -11,8 +11,8 @@ import (
 // and the four uses of it, each switched by EngineConfig:
 //
 //   - Saturation. A rank whose fresh report shows
-//     waiting + requests booked on it since that report and still without a
-//     first token > WaitingThreshold, or KV usage > KVThreshold, is
+//     waiting + requests booked on it after the report was read and still
+//     without a first token > WaitingThreshold, or KV usage > KVThreshold, is
 //     saturated: the worker gate counts it busy for every class that queues,
 //     and selection passes it over while some eligible rank is not
 //     saturated (when every one is, selection picks by cost as before).
@@ -119,8 +119,9 @@ type engineState struct {
 	// recent holds the booking times of the rank's last len(recent)
 	// requests (ring, nRecent written so far): a report read at time at
 	// cannot contain the requests booked after at.
-	recent  [recentBookings]instant
-	nRecent uint64
+	recent    [recentBookings]instant
+	recentIDs [recentBookings]uint64
+	nRecent   uint64
 	// prefilling counts the rank's requests in flight without a first
 	// token: the engine may not have received them yet. firsts holds the
 	// first-token times of the last len(firsts) requests (ring).
@@ -133,8 +134,26 @@ type engineState struct {
 // than this between a scrape and its report count as this many.
 const recentBookings = 32
 
-// bookedAfter counts the rank's recent bookings strictly after at.
-func (e *engineState) bookedAfter(at instant) uint32 { return countAfter(&e.recent, e.nRecent, at) }
+// recountSince sets r's since count after a report read at at: the
+// requests booked on r after at that are still in flight without a first
+// token. They are counted in the new epoch, so their first token or end
+// takes them out again.
+func (s *Scheduler) recountSince(r *rankState, at instant) {
+	e := &r.eng
+	e.since = 0
+	for i := range min(e.nRecent, recentBookings) {
+		if e.recent[i] <= at {
+			continue
+		}
+		x := s.entries[e.recentIDs[i]]
+		if x == nil || x.state != stateInFlight || x.rank != r || x.flags&flagPrefilling == 0 {
+			continue
+		}
+		x.epoch = e.epoch
+		x.flags |= flagSince
+		e.since++
+	}
+}
 
 // countAfter counts the times in the first n (at most len) of ring
 // strictly after at.
@@ -194,6 +213,7 @@ func (s *Scheduler) bookSince(e *entry, r *rankState) {
 		return
 	}
 	r.eng.recent[r.eng.nRecent%recentBookings] = s.now
+	r.eng.recentIDs[r.eng.nRecent%recentBookings] = e.id
 	r.eng.nRecent++
 	r.eng.prefilling++
 	e.flags |= flagPrefilling
@@ -270,9 +290,9 @@ func (s *Scheduler) record(l *EngineLoad) {
 	r.eng.waiting, r.eng.running = l.Waiting, l.Running
 	r.eng.kv, r.eng.kvBlocks, r.eng.maxRunning = min(kv, 1), l.KVBlocks, l.MaxRunning
 	r.eng.epoch++
-	// The requests booked after the scrape are not in it: they count as
-	// waiting until the next report (they may have started meanwhile).
-	r.eng.since = r.eng.bookedAfter(at)
+	// The requests booked after the scrape are not in it: those still
+	// before their first token count as waiting.
+	s.recountSince(r, at)
 }
 
 // applySeeds moves every rank's warm-start seed (see the top of the file)
