@@ -40,7 +40,7 @@ tools: $(GOLANGCI)
 
 ## bench: the performance benchmark (not part of test): scheduler and tokenizer
 ## micro-benchmarks, end-to-end load against a null ext_proc server, held-request
-## memory and drain. Prints one table, also written to bench-out/results.md.
+## memory and drain, engine-metrics scrape cost at 256 workers. Prints one table, also written to bench-out/results.md.
 ## PROFILE=1 adds CPU and allocation profiles of the server code under load.
 bench:
 	$(GO) run ./test/bench/cmd/tollbench run -out bench-out $(if $(PROFILE),-profile)

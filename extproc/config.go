@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/tollgate/tollgate/extproc/enginemetrics"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -165,6 +166,11 @@ type Config struct {
 
 	// GRPC configures the ext_proc listener.
 	GRPC GRPCConfig
+
+	// EngineMetrics, when set, scrapes every worker's engine metrics and
+	// reports them to the scheduler (Sched.Engine says how they are used).
+	// Nil turns scraping off (--engine-metrics-interval 0).
+	EngineMetrics *enginemetrics.Config
 }
 
 // withDefaults returns c with every zero field set to its default.

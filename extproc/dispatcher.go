@@ -18,6 +18,7 @@ type scheduler interface {
 	Done(now time.Time, id uint64) []sched.Action
 	Tick(now time.Time) []sched.Action
 	SetWorkers(now time.Time, workers []sched.Worker) []sched.Action
+	ReportLoad(now time.Time, loads []sched.EngineLoad) []sched.Action
 	Drain(now time.Time) []sched.Action
 	Resume()
 	NextDeadline() (time.Time, bool)
@@ -109,6 +110,7 @@ const (
 	evActive
 	evStats
 	evRoute
+	evEngine
 )
 
 // event is one message to the dispatcher.
@@ -123,6 +125,8 @@ type event struct {
 	workers *workerSet
 	// evRoute.
 	model string
+	// evEngine.
+	loads []sched.EngineLoad
 	// evActive.
 	active bool
 	// reply, for the events that answer, has capacity 1.
@@ -239,6 +243,8 @@ func (d *dispatcher) handle(ev event) {
 			d.sch.Resume()
 		}
 		ev.reply <- reply{ok: true}
+	case evEngine:
+		d.deliver(d.sch.ReportLoad(now, ev.loads))
 	case evStats:
 		ev.reply <- reply{stats: d.sch.Stats(), ok: true}
 	case evRoute:

@@ -80,6 +80,11 @@ func (f *fakeScheduler) SetWorkers(_ time.Time, ws []sched.Worker) []sched.Actio
 	return nil
 }
 
+func (f *fakeScheduler) ReportLoad(_ time.Time, loads []sched.EngineLoad) []sched.Action {
+	f.record("engine " + itoa(len(loads)))
+	return nil
+}
+
 func (f *fakeScheduler) Drain(time.Time) []sched.Action {
 	f.record("drain")
 	return nil

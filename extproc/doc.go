@@ -25,6 +25,12 @@
 // JSON, hashing or other per-request work. Time is read only in the shell,
 // through Config.Now, and handed to the scheduler as an argument.
 //
+// With Config.EngineMetrics set, Server.Run also runs an
+// enginemetrics.Scraper (its goroutines end before Run returns): it reads
+// every worker's engine metrics and hands each batch of readings to the
+// dispatcher as one more event (ReportLoad). A scrape that hangs or fails
+// only delays its own worker's next reading.
+//
 // # Who owns a request
 //
 //  1. Headers and body: the stream goroutine, alone. Nothing is booked; a

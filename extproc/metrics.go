@@ -180,6 +180,7 @@ type statsCollector struct {
 	inflight, depth, limit, utilization, pressure, capy *prometheus.Desc
 	pending, pendingISL, pendingCached, backpressure    *prometheus.Desc
 	rankPrefill, rankRequests, rankBlocks               *prometheus.Desc
+	engRequests, engKV, engSaturated, engSeed, engSince *prometheus.Desc
 }
 
 func newStatsCollector(fetch func(context.Context) (sched.Stats, bool)) *statsCollector {
@@ -204,13 +205,18 @@ func newStatsCollector(fetch func(context.Context) (sched.Stats, bool)) *statsCo
 		rankPrefill:   prometheus.NewDesc("tollgate_worker_active_prefill_tokens", "Prefill tokens booked on the worker rank and not yet past their first token.", rank, nil),
 		rankRequests:  prometheus.NewDesc("tollgate_worker_active_requests", "Requests booked on the worker rank.", rank, nil),
 		rankBlocks:    prometheus.NewDesc("tollgate_worker_active_blocks", "KV blocks booked on the worker rank.", rank, nil),
+		engRequests:   prometheus.NewDesc("tollgate_engine_reported_requests", "Requests the worker rank's engine last reported, by state (running, waiting); next to tollgate_worker_active_requests, what tollgate booked.", append(rank, "state"), nil),
+		engKV:         prometheus.NewDesc("tollgate_engine_reported_kv_usage_ratio", "KV-cache usage the worker rank's engine last reported.", rank, nil),
+		engSaturated:  prometheus.NewDesc("tollgate_engine_saturated", "1 while the saturation gate counts the worker rank busy.", rank, nil),
+		engSeed:       prometheus.NewDesc("tollgate_engine_warm_seed_requests", "Warm-start load seeded on the worker rank from its engine's report.", rank, nil),
+		engSince:      prometheus.NewDesc("tollgate_engine_booked_since_report_requests", "Requests booked on the worker rank since its engine's last report and still before their first token.", rank, nil),
 	}
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.admits, c.preemptions, c.promotions, c.inflight, c.depth, c.limit,
 		c.utilization, c.pressure, c.capy, c.pending, c.pendingISL, c.pendingCached, c.backpressure,
-		c.rankPrefill, c.rankRequests, c.rankBlocks} {
+		c.rankPrefill, c.rankRequests, c.rankBlocks, c.engRequests, c.engKV, c.engSaturated, c.engSeed, c.engSince} {
 		ch <- d
 	}
 }
@@ -268,5 +274,20 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.rankPrefill, float64(r.ActivePrefillTokens), l...)
 		gauge(c.rankRequests, float64(r.ActiveRequests), l...)
 		gauge(c.rankBlocks, float64(r.ActiveBlocks), l...)
+		if e := r.Engine; e.Known {
+			gauge(c.engRequests, float64(e.Running), append(l, "running")...)
+			gauge(c.engRequests, float64(e.Waiting), append(l, "waiting")...)
+			gauge(c.engKV, e.KVUsage, l...)
+			gauge(c.engSaturated, b2f(e.Saturated), l...)
+			gauge(c.engSeed, float64(e.Seed), l...)
+			gauge(c.engSince, float64(e.Since), l...)
+		}
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -19,6 +19,7 @@ import (
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/extproc/enginemetrics"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -55,6 +56,10 @@ type Server struct {
 	// workersMu serializes worker set changes and guards workerIDs.
 	workersMu sync.Mutex
 	workerIDs map[string]struct{}
+	// scraper reads the engines' metrics; nil when off. runCtx is Run's
+	// context, which bounds a round's hand-over.
+	scraper *enginemetrics.Scraper
+	runCtx  atomic.Pointer[context.Context]
 }
 
 // New builds a Server over an initial worker set. It fails on an invalid
@@ -97,6 +102,14 @@ func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
 	}
 	s.planner = p
 	s.disp = newDispatcher(sch, ws, cfg.Now, s.log, func(d time.Duration) { s.metrics.decisionLatency.Observe(d.Seconds()) })
+	if cfg.EngineMetrics != nil {
+		ec := *cfg.EngineMetrics
+		if ec.Now == nil {
+			ec.Now = cfg.Now
+		}
+		s.scraper = enginemetrics.New(ec, s.reportEngines)
+		s.metrics.reg.MustRegister(s.scraper)
+	}
 	s.noteWorkers(ws)
 	return s, nil
 }
@@ -122,9 +135,31 @@ func (s *Server) Run(ctx context.Context) error {
 	// from it (a later SetActive reaches the dispatcher as an event).
 	s.disp.standby = s.standby.Load()
 	s.log.Info("dispatcher started")
+	var wg sync.WaitGroup
+	if s.scraper != nil {
+		sctx, stop := context.WithCancel(ctx)
+		defer func() { stop(); wg.Wait() }()
+		s.runCtx.Store(&sctx)
+		wg.Go(func() { s.scraper.Run(sctx) })
+	}
 	s.disp.run(ctx)
 	s.log.Info("dispatcher stopped")
 	return nil
+}
+
+// reportEngines hands one scrape round to the dispatcher. Failures are
+// logged at debug level; they are counted by the scraper's metrics.
+func (s *Server) reportEngines(r enginemetrics.Round) {
+	for _, res := range r.Results {
+		if res.Err != nil {
+			s.log.Debug("engine metrics scrape failed", "worker", res.Worker, "reason", string(res.Reason), "error", res.Err)
+		}
+	}
+	ctx := context.Background()
+	if p := s.runCtx.Load(); p != nil {
+		ctx = *p
+	}
+	_ = s.disp.send(ctx, event{kind: evEngine, loads: r.Loads})
 }
 
 // running reports whether Run was called.
@@ -175,6 +210,9 @@ func (s *Server) noteWorkers(set *workerSet) {
 	}
 	for id := range set.byID {
 		s.workerIDs[id] = struct{}{}
+	}
+	if s.scraper != nil {
+		s.scraper.SetTargets(set.targets)
 	}
 	s.ready.Store(len(set.byID) > 0)
 	s.updateHealth()

@@ -10,6 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/tollgate/tollgate/extproc/enginemetrics"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -36,6 +37,10 @@ type Worker struct {
 	Taints []string `json:"taints,omitempty"`
 	// Model is the served model name; empty serves every model.
 	Model string `json:"model,omitempty"`
+	// MetricsURL overrides where the engine's Prometheus metrics are read:
+	// empty means http://ADDRESS/metrics, ":PORT/PATH" or "/PATH" are
+	// relative to the address, else an absolute http(s) URL.
+	MetricsURL string `json:"metrics_url,omitempty"`
 }
 
 // workersFile is the schema of the workers file.
@@ -110,6 +115,11 @@ func ValidateWorkers(ws []Worker) error {
 		if slices.Contains(w.Taints, "") {
 			bad("taints contain an empty value")
 		}
+		if w.MetricsURL != "" {
+			if _, err := enginemetrics.ResolveURL(w.Address, w.MetricsURL); err != nil {
+				bad("%v", err)
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -148,6 +158,8 @@ type workerSet struct {
 	sched []sched.Worker
 	// byID maps an id to its address and rank count.
 	byID map[string]workerAddr
+	// targets are the workers' engine metrics endpoints.
+	targets []enginemetrics.Target
 }
 
 type workerAddr struct {
@@ -173,6 +185,8 @@ func newWorkerSet(ws []Worker) (*workerSet, error) {
 			MaxBatchedTokens:   w.MaxNumBatchedTokens,
 		}
 		s.byID[w.ID] = workerAddr{address: ap.String(), ranks: max(w.DPSize, 1)}
+		u, _ := enginemetrics.ResolveURL(ap.String(), w.MetricsURL) // validated above
+		s.targets = append(s.targets, enginemetrics.Target{Worker: w.ID, URL: u, DPStart: w.DPStartRank, DPSize: w.DPSize})
 	}
 	return s, nil
 }

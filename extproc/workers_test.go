@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/tollgate/tollgate/extproc/enginemetrics"
 )
 
 func TestParseWorkers(t *testing.T) {
@@ -28,13 +30,14 @@ workers:
   model: llama
 - id: w1
   address: "[fd00::1]:8000"
+  metrics_url: ":9400/engine"
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []Worker{
 		{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 32, MaxNumBatchedTokens: 8192, DPSize: 2, DPStartRank: 4, Taints: []string{"gpu-h100"}, Model: "llama"},
-		{ID: "w1", Address: "[fd00::1]:8000"},
+		{ID: "w1", Address: "[fd00::1]:8000", MetricsURL: ":9400/engine"},
 	}
 	if diff := cmp.Diff(want, ws); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
@@ -48,6 +51,13 @@ workers:
 	}
 	if tg, _ := set.target("w1", 0); tg.multiRank || tg.address != "[fd00::1]:8000" {
 		t.Errorf("target w1: %+v", tg)
+	}
+	wantTargets := []enginemetrics.Target{
+		{Worker: "w0", URL: "http://10.0.0.7:8000/metrics", DPStart: 4, DPSize: 2},
+		{Worker: "w1", URL: "http://[fd00::1]:9400/engine"},
+	}
+	if diff := cmp.Diff(wantTargets, set.targets); diff != "" {
+		t.Errorf("metrics targets (-want +got):\n%s", diff)
 	}
 	if _, ok := set.target("w9", 0); ok {
 		t.Error("unknown worker resolved")
@@ -72,6 +82,7 @@ func TestParseWorkers_Rejects(t *testing.T) {
 		{"rank overflow", "workers:\n- {id: w0, address: 10.0.0.1:80, dp_start_rank: 4294967295, dp_size: 2}\n", []string{"overflows"}},
 		{"dp_size too large", "workers:\n- {id: w0, address: 10.0.0.1:80, dp_size: 16385}\n", []string{`worker "w0": dp_size 16385 exceeds 16384`}},
 		{"float", "workers:\n- {id: w0, address: 10.0.0.1:80, max_running_requests: 1.5}\n", []string{"max_running_requests"}},
+		{"metrics url scheme", "workers:\n- {id: w0, address: 10.0.0.1:80, metrics_url: \"ftp://x/m\"}\n", []string{`worker "w0"`, "metrics url", "http or https"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,5 +1,7 @@
 package sched
 
+import "time"
+
 // Stats is a snapshot of the scheduler for metrics. Maps and slices are
 // freshly allocated and owned by the caller.
 type Stats struct {
@@ -30,6 +32,10 @@ type Stats struct {
 	// Ranks has one entry per (worker, rank) with load, including workers
 	// removed while they still have requests in flight.
 	Ranks []RankStats
+	// Seeded is the warm-start load holding slots; Warming is set while
+	// the warm start holds the slot gate.
+	Seeded  uint32
+	Warming bool
 }
 
 // QueueStats describes one Dynamo policy-class queue.
@@ -55,4 +61,25 @@ type RankStats struct {
 	ActiveRequests      uint32
 	// Removed is true for a worker no longer in the set.
 	Removed bool
+	// Engine is the rank's last engine report (ReportLoad), as of the
+	// scheduler's last call.
+	Engine EngineStats
+}
+
+// EngineStats describes what a rank's engine last reported and how the
+// scheduler uses it.
+type EngineStats struct {
+	// Known is set once a report arrived; Fresh while it is within MaxAge.
+	Known, Fresh bool
+	// Age is how old the report was at the scheduler's last call.
+	Age              time.Duration
+	Waiting, Running uint32
+	KVUsage          float64
+	// Since counts requests booked on the rank after the report and still
+	// without a first token.
+	Since uint32
+	// Saturated is set when the saturation gate counts the rank busy.
+	Saturated bool
+	// Seed is the rank's warm-start load in requests.
+	Seed uint32
 }

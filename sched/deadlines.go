@@ -52,7 +52,12 @@ func (s *Scheduler) at(now time.Time) instant {
 	if !s.originSet {
 		s.origin, s.originSet = now, true
 	}
-	return now.Sub(s.origin)
+	s.now = now.Sub(s.origin)
+	if s.warmPending {
+		s.warmPending = false
+		s.startWarm(s.now)
+	}
+	return s.now
 }
 
 // expire rejects every queued entry whose wait reached its class's queue
@@ -103,6 +108,9 @@ func (s *Scheduler) nextDeadline() (instant, bool) {
 		return 0, false
 	}
 	next, ok := instant(math.MaxInt64), false
+	if s.warming {
+		next, ok = s.warmUntil, true
+	}
 	for p := range Priority(NumPriorities) {
 		c := &s.cfg.Priority.Classes[p]
 		w := &s.wait[p]

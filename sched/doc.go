@@ -54,6 +54,14 @@
 // request, without a first token, of the lowest class below its own. The
 // victim's slot goes to its preemptor first when the victim ends.
 //
+// Engine reports (ReportLoad, engine.go), when EngineConfig enables them,
+// correct the bookings: a rank whose fresh report shows a queue or KV usage
+// past a threshold is busy for the worker gate and passed over in
+// selection while another is not; a stale report counts for nothing; a
+// warm start seeds slots from the engines' running requests after New or
+// Resume; workers without a slot count take the engine's. The scheduler
+// only sees reports as data with their read time; it never reads a clock.
+//
 // Invariants: every request reaches exactly one outcome; a queued entry is
 // in exactly one lane and one wait list; the load booked on each rank equals
 // the sum over the requests in flight there; slots in flight never exceed

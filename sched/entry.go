@@ -49,6 +49,8 @@ type entry struct {
 	rank *rankState
 	// prefill is the prefill load booked on rank and not yet released.
 	prefill uint64
+	// epoch is the rank's report epoch when e was booked (engine.go).
+	epoch uint32
 	// prev and next link the entry into one intrusive list at a time: its
 	// priority's wait list while queued, its priority's preemptible list
 	// while in flight and preemptible, the free list while pooled.

@@ -39,6 +39,16 @@ type Scheduler struct {
 	inFlight      [NumPriorities]uint32
 	inFlightTotal uint32
 	preemptible   [NumPriorities]entryList
+	// seeded is the sum of the ranks' warm-start seeds; they hold slots.
+	// While warming the slot gate admits nothing until every rank has
+	// reported or warmUntil has passed; warmPending starts a warm start at the next
+	// call (New and Resume have no time). now is the time of the current
+	// call (engine.go).
+	seeded      uint32
+	warming     bool
+	warmPending bool
+	warmUntil   instant
+	now         instant
 	// slotBlocked records that an exact lane was found blocked by the slot
 	// gate alone, so a freed slot must release the blocked lanes.
 	slotBlocked bool
@@ -80,6 +90,10 @@ const (
 	flagVictim
 	// flagPreemptible: the request is on its class's preemptible list.
 	flagPreemptible
+	// flagSince: the request is counted in its rank's since-report count.
+	flagSince
+	// flagPrefilling: the request is counted in its rank's prefilling count.
+	flagPrefilling
 )
 
 // New builds a scheduler over an initial worker set. It fails when the SMG
@@ -88,7 +102,7 @@ const (
 // configuration is malformed (profiles that would not resolve a request,
 // non-finite numbers) or a worker has more than MaxDPSize ranks.
 func New(cfg Config, workers []Worker) (*Scheduler, error) {
-	if err := errors.Join(validateConfig(&cfg), validateWorkers(workers)); err != nil {
+	if err := errors.Join(validateConfig(&cfg), cfg.Engine.validate(), validateWorkers(workers)); err != nil {
 		return nil, err
 	}
 	if cfg.Policy.Fallback == nil {
@@ -128,6 +142,7 @@ func New(cfg Config, workers []Worker) (*Scheduler, error) {
 		}
 	}
 	s.reserved = desired
+	s.warmPending = true
 	return s, nil
 }
 
@@ -310,6 +325,7 @@ func (s *Scheduler) end(now time.Time, id uint64) []Action {
 func (s *Scheduler) Tick(now time.Time) []Action {
 	s.actions = s.actions[:0]
 	t := s.at(now)
+	s.endWarmIfDue(t)
 	if s.prio {
 		s.expire(t)
 		if s.promoteStarving(t) {
@@ -330,6 +346,9 @@ func (s *Scheduler) SetWorkers(now time.Time, workers []Worker) []Action {
 	s.actions = s.actions[:0]
 	t := s.at(now)
 	s.installWorkers(workers)
+	if s.engineOn() && s.cfg.Engine.Capacity {
+		s.applyEngineCapacity()
+	}
 	s.applyCapacity(workerCapacity(s.workers, s.cfg.FallbackCapacity))
 	for p := range s.wait {
 		for e := s.wait[p].head; e != nil; {
@@ -372,7 +391,12 @@ func (s *Scheduler) Drain(now time.Time) []Action {
 
 // Resume ends a Drain: arrivals may queue again. Leader election uses it
 // when a standby becomes the leader.
-func (s *Scheduler) Resume() { s.draining = false }
+// With the warm start on, it also starts a new warm start at the next
+// call: the new leader's bookings are empty while the engines are not.
+func (s *Scheduler) Resume() {
+	s.draining = false
+	s.warmPending = true
+}
 
 // NextDeadline returns the earliest time at which Tick has work (a queue
 // timeout or a starvation promotion), and false when there is none.

@@ -110,6 +110,13 @@ func newSimDriver(src simSource) (*simDriver, error) {
 			c.CanPreempt = src.intn(2) == 0
 		}
 	}
+	if src.intn(2) == 0 {
+		cfg.Engine = EngineConfig{
+			MaxAge: time.Duration(1+src.intn(3)) * time.Second, Saturation: src.intn(3) > 0,
+			WaitingThreshold: uint32(src.intn(4)), KVThreshold: float64(src.intn(3)) / 2,
+			WarmStart: src.intn(2) == 0, WarmWait: time.Duration(src.intn(3)) * time.Second, Capacity: src.intn(2) == 0,
+		}
+	}
 	workers := d.randomWorkers()
 	s, err := New(cfg, workers)
 	if err != nil { // reservations too large for this set: drop them
@@ -207,6 +214,8 @@ func (d *simDriver) step() error {
 		if next, ok := d.s.NextDeadline(); ok && !next.After(d.now) {
 			return fmt.Errorf("deadline %v not after the tick at %v", next.Sub(simT0), d.now.Sub(simT0))
 		}
+	case op < 93:
+		return d.report()
 	case op < 95:
 		if n := len(d.victim); n > 0 {
 			id := d.victim[0]
@@ -230,6 +239,30 @@ func (d *simDriver) step() error {
 		}
 	}
 	return nil
+}
+
+// report sends engine reports for a random subset of the pool's ranks,
+// read up to a second ago.
+func (d *simDriver) report() error {
+	src := d.src
+	var loads []EngineLoad
+	for _, w := range d.pool {
+		for r := range max(w.DPSize, 1) {
+			if src.intn(2) == 0 {
+				continue
+			}
+			loads = append(loads, EngineLoad{
+				Worker: w.ID, Rank: w.DPStart + r, At: d.now.Add(-time.Duration(src.intn(1000)) * time.Millisecond),
+				Waiting: uint32(src.intn(8)), Running: uint32(src.intn(8)), KVUsage: float64(src.intn(5)) / 4,
+				KVBlocks: uint64(src.intn(3) * 100), MaxRunning: uint32(src.intn(6)),
+			})
+		}
+	}
+	acts := d.s.ReportLoad(d.now, loads)
+	if over := d.s.inFlightTotal; over > d.s.capacity {
+		d.allowance = max(d.allowance, over-d.s.capacity)
+	}
+	return d.apply(acts, 0)
 }
 
 // submit sends one random request.
@@ -423,7 +456,7 @@ func (d *simDriver) finish() error {
 		return fmt.Errorf("left over: %d entries, %d queued, %d in flight, %d active queues", len(s.entries), s.queuedTotal, s.inFlightTotal, len(s.active))
 	}
 	for k, r := range s.ranks {
-		if r.prefill != 0 || r.blocks != 0 || r.requests != 0 || r.removed {
+		if r.prefill != 0 || r.blocks != 0 || r.requests != 0 || r.removed || r.eng.prefilling != 0 {
 			return fmt.Errorf("rank %v left with %+v", k, *r)
 		}
 	}

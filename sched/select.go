@@ -18,6 +18,8 @@ import "math"
 // blocks by hash, so this over-counts only identical prompts in flight
 // together). The lowest cost
 // wins; exact ties are broken uniformly at random (reservoir sampling).
+// A rank's warm-start seed (engine.go) adds its blocks to the decode term,
+// and saturated ranks are passed over while an eligible rank is not.
 // With Temperature T > 0 the rank is instead sampled with probability
 // ∝ exp(−(c − c_min) / ((c_max − c_min) × T)), uniformly when every cost is
 // equal. A pinned request takes its pin without any sampling.
@@ -27,7 +29,7 @@ import "math"
 func (s *Scheduler) rankCost(r *rankState, isl, cached uint64) float64 {
 	bs := float64(s.blockSize)
 	prefill := max(0, (float64(r.prefill)+float64(isl)-s.sel.OverlapCredit*float64(cached))/bs)
-	decode := float64(r.blocks) + float64(s.blocksOf(isl))
+	decode := float64(r.blocks) + float64(r.eng.seedBlocks) + float64(s.blocksOf(isl))
 	return s.sel.PrefillLoadScale*prefill + decode
 }
 
@@ -50,6 +52,7 @@ func (s *Scheduler) pick(model string, taints []string, e *entry, temperature fl
 		ties     int
 	)
 	s.cands, s.costs = s.cands[:0], s.costs[:0]
+	avoid := s.cfg.Engine.Saturation && s.engineOn() && s.anyUnsaturated(model, taints)
 	for _, w := range s.workers {
 		if !w.eligible(model, taints) {
 			continue
@@ -60,6 +63,9 @@ func (s *Scheduler) pick(model string, taints []string, e *entry, temperature fl
 			cached = min(e.cachedOn(w.id), isl)
 		}
 		for _, r := range w.ranks {
+			if avoid && s.saturated(r) {
+				continue
+			}
 			c := s.rankCost(r, isl, cached)
 			switch {
 			case temperature > 0:

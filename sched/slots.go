@@ -15,7 +15,9 @@ import (
 // saturating at 0: a higher class's unused reservation is withheld from
 // lower classes, C's own reservation does not limit C, and lower classes'
 // reservations are ignored. free is monotone in C. A starvation-promoted
-// entry ignores reservations and needs only in_flight < capacity.
+// entry ignores reservations and needs only in_flight < capacity. The
+// first in_flight includes the warm-start seeds (engine.go), and free is 0
+// for every class while the warm start holds the gate.
 
 // maxCapacity is SMG's u16 capacity ceiling.
 const maxCapacity = math.MaxUint16
@@ -102,10 +104,11 @@ func (s *Scheduler) applyCapacity(c uint32) {
 
 // freeSlots returns free(p) (see the top of this file).
 func (s *Scheduler) freeSlots(p Priority) uint32 {
-	if s.inFlightTotal >= s.capacity {
+	occ := s.occupied()
+	if s.warming || occ >= s.capacity {
 		return 0
 	}
-	free := s.capacity - s.inFlightTotal
+	free := s.capacity - occ
 	for h := p + 1; h < NumPriorities; h++ {
 		if r, in := s.reserved[h], s.inFlight[h]; r > in {
 			if r-in >= free {
@@ -125,7 +128,7 @@ func (s *Scheduler) slotOpen(e *entry) bool {
 	case !s.prio:
 		return true
 	case e.promoted:
-		return s.inFlightTotal < s.capacity
+		return !s.warming && s.occupied() < s.capacity
 	default:
 		return s.freeSlots(e.prio) > 0
 	}
@@ -136,7 +139,7 @@ func (s *Scheduler) slotOpen(e *entry) bool {
 // in the class, so lower classes cannot pass when it cannot), or a promoted
 // one while in_flight < capacity. O(classes).
 func (s *Scheduler) slotsForQueued() bool {
-	if s.inFlightTotal >= s.capacity {
+	if s.warming || s.occupied() >= s.capacity {
 		return false
 	}
 	for p := NumPriorities - 1; p >= 0; p-- {

@@ -17,6 +17,8 @@ func (s *Scheduler) Stats() Stats {
 		Admits:      s.admits,
 		Preemptions: s.preemptions,
 		Promotions:  s.promotions,
+		Seeded:      s.seeded,
+		Warming:     s.warming,
 	}
 	if s.capacity > 0 {
 		st.Utilization = float64(s.inFlightTotal) / float64(s.capacity)
@@ -44,13 +46,13 @@ func (s *Scheduler) Stats() Stats {
 	}
 	for _, w := range s.workers {
 		for _, r := range w.ranks {
-			st.Ranks = append(st.Ranks, r.stats())
+			st.Ranks = append(st.Ranks, s.rankStats(r))
 		}
 	}
 	first := len(st.Ranks)
 	for _, r := range s.ranks {
 		if r.removed {
-			st.Ranks = append(st.Ranks, r.stats())
+			st.Ranks = append(st.Ranks, s.rankStats(r))
 		}
 	}
 	slices.SortFunc(st.Ranks[first:], func(a, b RankStats) int {
@@ -78,7 +80,20 @@ func (s *Scheduler) pressure(p Priority, reservedAbove uint64) float64 {
 	return min(1, max(queue, slot))
 }
 
-// stats returns the rank's load snapshot.
+// rankStats returns r's load snapshot.
+func (s *Scheduler) rankStats(r *rankState) RankStats {
+	st := r.stats()
+	if r.eng.known {
+		st.Engine = EngineStats{
+			Known: true, Fresh: s.fresh(r), Age: s.now - r.eng.at,
+			Waiting: r.eng.waiting, Running: r.eng.running, KVUsage: r.eng.kv,
+			Since: r.eng.since, Saturated: s.saturated(r), Seed: r.eng.seed,
+		}
+	}
+	return st
+}
+
+// stats returns the rank's booked load.
 func (r *rankState) stats() RankStats {
 	return RankStats{
 		Worker:              r.key.worker,

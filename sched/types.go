@@ -221,6 +221,9 @@ type Config struct {
 	// non-nil value is used as given, zeros included (prefill scale 0 is
 	// a decode-only cost).
 	Selection *SelectionConfig
+	// Engine switches the use of engine-reported load (ReportLoad); the
+	// zero value uses none of it.
+	Engine EngineConfig
 	// Rand breaks selection ties; nil means a fixed seed.
 	Rand *rand.Rand
 	// Start is the scheduler's start time, the origin of FCFS scores.

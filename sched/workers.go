@@ -40,8 +40,10 @@ type workerState struct {
 	id     string
 	model  string
 	taints []string
-	// slots is the worker's SMG slot count.
-	slots uint32
+	// slots is the worker's SMG slot count; slotsGiven is set when the
+	// operator gave it (the engine's report cannot override it then).
+	slots      uint32
+	slotsGiven bool
 	// maxBatched is the worker's max_num_batched_tokens.
 	maxBatched uint64
 	dpStart    uint32
@@ -93,6 +95,8 @@ type rankState struct {
 	// removed marks a rank whose worker left the set while it still had
 	// requests in flight.
 	removed bool
+	// eng is the rank's last engine report (engine.go).
+	eng engineState
 }
 
 // busyFor reports whether the rank is prefill-busy for class c: its active
@@ -103,6 +107,12 @@ func (r *rankState) busyFor(c *ClassSpec) bool {
 		return true
 	}
 	return c.BusyThresholdFrac != nil && float64(r.prefill) > *c.BusyThresholdFrac*float64(r.w.maxBatched)
+}
+
+// busy reports whether r is busy for class c: prefill-busy by its
+// bookings, or saturated by its engine's fresh report (engine.go).
+func (s *Scheduler) busy(r *rankState, c *ClassSpec) bool {
+	return r.busyFor(c) || s.saturated(r)
 }
 
 // installWorkers replaces the worker set. Ranks that stay keep their load;
@@ -123,6 +133,7 @@ func (s *Scheduler) installWorkers(list []Worker) {
 			model:      w.Model,
 			taints:     append([]string(nil), w.Taints...),
 			slots:      w.MaxRunningRequests,
+			slotsGiven: w.MaxRunningRequests > 0,
 			maxBatched: w.MaxBatchedTokens,
 			dpStart:    w.DPStart,
 		}
@@ -189,7 +200,7 @@ func (s *Scheduler) instances(model string) uint64 {
 func (s *Scheduler) workerGate(e *entry) (open, eligible bool) {
 	c := e.spec()
 	if e.lane.exact() {
-		return !c.Queues() || !e.rank.busyFor(c), true
+		return !c.Queues() || !s.busy(e.rank, c), true
 	}
 	model := e.model
 	if !c.Queues() {
@@ -203,7 +214,7 @@ func (s *Scheduler) workerGate(e *entry) (open, eligible bool) {
 		for _, r := range w.ranks {
 			n++
 			switch {
-			case r.busyFor(c):
+			case s.busy(r, c):
 				busy++
 			case c.BusyWorkerRatio <= 0:
 				return true, true
@@ -334,10 +345,12 @@ func (s *Scheduler) book(e *entry, r *rankState) {
 	r.prefill += e.prefill
 	r.blocks += s.blocksOf(e.isl)
 	r.requests++
+	s.bookSince(e, r)
 }
 
 // releasePrefill releases e's prefill tokens (its first token arrived).
 func (s *Scheduler) releasePrefill(e *entry) {
+	s.unbookSince(e)
 	e.rank.prefill -= e.prefill
 	e.prefill = 0
 }

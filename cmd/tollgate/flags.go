@@ -62,6 +62,7 @@ type options struct {
 	shutdownTimeout time.Duration
 
 	discovery discoveryOptions
+	engine    engineOptions
 }
 
 // stringList is a repeatable string flag.
@@ -139,6 +140,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	fs.DurationVar(&o.drainDelay, "drain-delay", extproc.DefaultDrainDelay, "on SIGTERM, time between failing readiness and shedding the queue")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", extproc.DefaultShutdownTimeout, "on SIGTERM, time in-flight streams get to finish")
 	registerDiscoveryFlags(fs, &o.discovery)
+	registerEngineFlags(fs, &o.engine)
 	return fs
 }
 
@@ -216,7 +218,11 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	if pf != nil {
 		sc.Priority = pf.PriorityConfig()
 	}
+	em, ec, err := o.engine.configs()
+	add(err)
+	sc.Engine = ec
 	cfg.Sched = sc
+	cfg.EngineMetrics = em
 
 	ten, err := o.tenancy(pf)
 	add(err)

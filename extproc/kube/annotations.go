@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/enginemetrics"
 )
 
 // Pod annotations that describe a worker. A pod without one gets the
@@ -36,6 +37,10 @@ const (
 	// AnnotationModel is the served model name; an empty value serves every
 	// model, overriding Defaults.Model.
 	AnnotationModel = "tollgate.io/model"
+	// AnnotationMetricsURL overrides where the engine's metrics are read:
+	// ":PORT/PATH" or "/PATH" relative to the pod IP and port, or an
+	// absolute http(s) URL. Without it: http://POD_IP:PORT/metrics.
+	AnnotationMetricsURL = "tollgate.io/metrics-url"
 
 	// annotationPrefix is the prefix every annotation above shares.
 	annotationPrefix = "tollgate.io/"
@@ -52,7 +57,7 @@ const maxWorkerIDLen = 253
 // knownAnnotations lists every annotation read from a pod.
 var knownAnnotations = []string{
 	AnnotationWorkerID, AnnotationMaxRunningRequests, AnnotationMaxNumBatchedTokens,
-	AnnotationDPSize, AnnotationDPStartRank, AnnotationTaints, AnnotationModel,
+	AnnotationDPSize, AnnotationDPStartRank, AnnotationTaints, AnnotationModel, AnnotationMetricsURL,
 }
 
 // Defaults is what a worker gets for each annotation its pod lacks. Zero
@@ -148,6 +153,13 @@ func podWorker(pod *corev1.Pod, d Defaults) (extproc.Worker, error) {
 			bad(AnnotationModel, "surrounding whitespace")
 		}
 		w.Model = v
+	}
+	if v, ok := ann[AnnotationMetricsURL]; ok {
+		// Checked against a placeholder address: the pod IP comes later.
+		if _, err := enginemetrics.ResolveURL("192.0.2.1:1", v); err != nil {
+			bad(AnnotationMetricsURL, "%v", err)
+		}
+		w.MetricsURL = v
 	}
 	if len(errs) > 0 {
 		return extproc.Worker{}, errors.Join(errs...)

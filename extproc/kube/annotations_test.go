@@ -31,9 +31,10 @@ func TestPodWorker_AnnotationsOverrideDefaults(t *testing.T) {
 				AnnotationDPStartRank, "8",
 				AnnotationTaints, " h100 , long-context,h100",
 				AnnotationModel, "qwen",
+				AnnotationMetricsURL, ":9400/metrics",
 			},
 			want: extproc.Worker{ID: "gpu-node-7", MaxRunningRequests: 128, MaxNumBatchedTokens: 16384, DPSize: 4,
-				DPStartRank: 8, Taints: []string{"h100", "long-context"}, Model: "qwen"},
+				DPStartRank: 8, Taints: []string{"h100", "long-context"}, Model: "qwen", MetricsURL: ":9400/metrics"},
 		},
 		{
 			name: "empty model serves every model and empty taints are none",
@@ -71,6 +72,7 @@ func TestPodWorker_BadAnnotationExcludesThePod(t *testing.T) {
 		{"worker id too long", []string{AnnotationWorkerID, strings.Repeat("w", 254)}, []string{"longer than 253"}},
 		{"empty taint", []string{AnnotationTaints, "a,,b"}, []string{"empty taint"}},
 		{"model with spaces", []string{AnnotationModel, " llama"}, []string{"surrounding whitespace"}},
+		{"metrics url not http", []string{AnnotationMetricsURL, "tcp://x:1"}, []string{"tollgate.io/metrics-url", "http or https"}},
 		{"every problem is reported", []string{AnnotationMaxRunningRequests, "x", AnnotationDPSize, "0"}, []string{"max-running-requests", "dp-size"}},
 	}
 	for _, tt := range tests {

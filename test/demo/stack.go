@@ -49,6 +49,9 @@ type workerSpec struct {
 	prefillRate, decodeRate float64
 	// hold is mockworker's Hold hook; nil means none.
 	hold func(context.Context, mockworker.RequestInfo) error
+	// naming is the workers' metrics naming (vllm or sglang); empty means
+	// vllm.
+	naming string
 }
 
 // simWorker is one mock worker behind its own HTTP server.
@@ -120,23 +123,29 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 	if err != nil {
 		return st, err
 	}
+	return st, st.startServer(ctx, cfg, workers)
+}
+
+// startServer starts the tollgate server over workers and the simulated
+// Envoy in front of it. The caller closes st on error.
+func (st *stack) startServer(ctx context.Context, cfg extproc.Config, workers []extproc.Worker) error {
 	srv, err := extproc.New(cfg, workers)
 	if err != nil {
-		return st, err
+		return err
 	}
 	gopts, err := extproc.ServerOptions(cfg)
 	if err != nil {
-		return st, err
+		return err
 	}
 	var lc net.ListenConfig
 	gl, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
-		return st, fmt.Errorf("demo: grpc listener: %w", err)
+		return fmt.Errorf("demo: grpc listener: %w", err)
 	}
 	ml, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		_ = gl.Close()
-		return st, fmt.Errorf("demo: metrics listener: %w", err)
+		return fmt.Errorf("demo: metrics listener: %w", err)
 	}
 	st.srv = srv
 	st.gs = grpc.NewServer(gopts...)
@@ -161,7 +170,7 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 		RequestAttributes:                       []string{"source.address"},
 		SendBodyWithoutWaitingForHeaderResponse: true,
 	})
-	return st, err
+	return err
 }
 
 // startWorker starts one mock worker on 127.0.0.1:0 behind a handler that
@@ -177,6 +186,7 @@ func startWorker(ctx context.Context, id string, ws workerSpec, speed float64, l
 		CacheBlocks:         1 << 16,
 		MaxRecords:          1 << 14,
 		Hold:                ws.hold,
+		MetricsNaming:       ws.naming,
 		Logger:              log,
 	})
 	if err != nil {

@@ -76,6 +76,17 @@ type Config struct {
 	Hold func(ctx context.Context, req RequestInfo) error
 	// Logger receives the worker's logs. Default: logs are discarded.
 	Logger *slog.Logger
+	// MetricsNaming selects the load gauges' names on /metrics: "vllm"
+	// (the default: vllm:num_requests_waiting, vllm:num_requests_running,
+	// vllm:kv_cache_usage_perc, vllm:cache_config_info) or "sglang"
+	// (sglang:num_queue_reqs, sglang:num_running_reqs, sglang:token_usage,
+	// sglang:cache_config_info, sglang:max_running_requests).
+	MetricsNaming string
+	// DPRank is the data-parallel rank the worker's series are labelled
+	// with (vLLM's engine label, SGLang's dp_rank); several workers with
+	// consecutive ranks behind one metrics endpoint simulate a DP engine
+	// (see MetricsHandler).
+	DPRank int
 }
 
 // Validate reports every invalid field, joined, or nil if cfg is usable.
@@ -102,6 +113,10 @@ func (c Config) Validate() error {
 	nonNegInt("max model len", c.MaxModelLen)
 	nonNegInt("max records", c.MaxRecords)
 	nonNegInt("max body bytes", c.MaxBodyBytes)
+	nonNegInt("dp rank", c.DPRank)
+	if c.MetricsNaming != "" && c.MetricsNaming != "vllm" && c.MetricsNaming != "sglang" {
+		errs = append(errs, fmt.Errorf("mockworker: metrics naming must be vllm or sglang, got %q", c.MetricsNaming))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -131,6 +146,7 @@ func (c Config) withDefaults() Config {
 	}
 	setStr(&c.ID, DefaultID)
 	setStr(&c.Model, DefaultModel)
+	setStr(&c.MetricsNaming, "vllm")
 	setInt(&c.MaxNumSeqs, DefaultMaxNumSeqs)
 	setFloat(&c.PrefillTokensPerSec, DefaultPrefillTokensPerSec)
 	setFloat(&c.DecodeTokensPerSec, DefaultDecodeTokensPerSec)

@@ -131,6 +131,7 @@ func (e *engine) acquire(ctx context.Context, rec *Record) error {
 	w := &waiter{rec: rec, ready: make(chan struct{})}
 	w.elem = e.waiting.PushBack(w)
 	e.stats.Waiting = e.waiting.Len()
+	e.stats.MaxWaiting = max(e.stats.MaxWaiting, e.stats.Waiting)
 	e.notifyLocked()
 	e.mu.Unlock()
 

@@ -179,7 +179,7 @@ func TestEngine_WaitingQueueIsFIFOAndBounded(t *testing.T) {
 		}
 		st := e.statsSnapshot()
 		if diff := cmp.Diff(Stats{
-			Received: 5, Started: 5, Finished: 5, MaxRunning: 2,
+			Received: 5, Started: 5, Finished: 5, MaxRunning: 2, MaxWaiting: 3,
 			PromptTokens: 40, GenerationTokens: 5,
 		}, st); diff != "" {
 			t.Errorf("stats (-want +got):\n%s", diff)

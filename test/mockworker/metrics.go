@@ -2,6 +2,7 @@ package mockworker
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,13 +26,9 @@ type metrics struct {
 // newMetrics builds the registry; stats supplies the gauges' values at
 // scrape time.
 func newMetrics(cfg Config, stats func() Stats) *metrics {
-	labels := prometheus.Labels{"model_name": cfg.Model, "engine": "0"}
+	labels := prometheus.Labels{"model_name": cfg.Model, "engine": strconv.Itoa(cfg.DPRank)}
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
-	}
-	gauge := func(name, help string, f func(Stats) float64) prometheus.GaugeFunc {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels},
-			func() float64 { return f(stats()) })
 	}
 	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels, Buckets: buckets})
@@ -50,17 +47,48 @@ func newMetrics(cfg Config, stats func() Stats) *metrics {
 		e2e: histogram("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
 			[]float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120}),
 	}
-	blocks := float64(cfg.CacheBlocks)
-	m.reg.MustRegister(
-		gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-			func(s Stats) float64 { return float64(s.Running) }),
-		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-			func(s Stats) float64 { return float64(s.Waiting) }),
-		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-			func(s Stats) float64 { return float64(s.CachedBlocks) / blocks }),
-		m.promptTokens, m.generationTokens, m.cacheQueries, m.cacheHits, m.success, m.ttft, m.e2e,
-	)
+	m.reg.MustRegister(m.promptTokens, m.generationTokens, m.cacheQueries, m.cacheHits, m.success, m.ttft, m.e2e)
+	m.reg.MustRegister(loadGauges(cfg, stats)...)
 	return m
+}
+
+// loadGauges are the load series the engine reports, from its simulated
+// state, in cfg.MetricsNaming: running and waiting sequences, KV usage
+// (the prefix cache's blocks over its size) and the cache configuration;
+// SGLang also reports its running-request limit.
+func loadGauges(cfg Config, stats func() Stats) []prometheus.Collector {
+	blocks := float64(cfg.CacheBlocks)
+	rank := strconv.Itoa(cfg.DPRank)
+	mk := func(name, help string, labels prometheus.Labels, f func(Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels},
+			func() float64 { return f(stats()) })
+	}
+	running := func(s Stats) float64 { return float64(s.Running) }
+	waiting := func(s Stats) float64 { return float64(s.Waiting) }
+	usage := func(s Stats) float64 { return float64(s.CachedBlocks) / blocks }
+	one := func(Stats) float64 { return 1 }
+	if cfg.MetricsNaming == "sglang" {
+		l := prometheus.Labels{"model_name": cfg.Model, "dp_rank": rank}
+		info := prometheus.Labels{"model_name": cfg.Model, "dp_rank": rank,
+			"page_size": strconv.Itoa(cfg.BlockSize), "num_pages": strconv.Itoa(cfg.CacheBlocks)}
+		return []prometheus.Collector{
+			mk("sglang:num_running_reqs", "The number of running requests.", l, running),
+			mk("sglang:num_queue_reqs", "The number of requests in the waiting queue.", l, waiting),
+			mk("sglang:token_usage", "The token usage.", l, usage),
+			mk("sglang:max_running_requests", "Maximum running requests.", l,
+				func(Stats) float64 { return float64(cfg.MaxNumSeqs) }),
+			mk("sglang:cache_config_info", "Cache configuration.", info, one),
+		}
+	}
+	l := prometheus.Labels{"model_name": cfg.Model, "engine": rank}
+	info := prometheus.Labels{"engine": rank,
+		"block_size": strconv.Itoa(cfg.BlockSize), "num_gpu_blocks": strconv.Itoa(cfg.CacheBlocks)}
+	return []prometheus.Collector{
+		mk("vllm:num_requests_running", "Number of requests in model execution batches.", l, running),
+		mk("vllm:num_requests_waiting", "Number of requests waiting to be processed.", l, waiting),
+		mk("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l, usage),
+		mk("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", info, one),
+	}
 }
 
 // handler serves the exposition.
@@ -90,4 +118,15 @@ func (m *metrics) ended(o Outcome, latency time.Duration) {
 	}
 	m.success.WithLabelValues(reason).Inc()
 	m.e2e.Observe(latency.Seconds())
+}
+
+// MetricsHandler serves the metrics of several workers as one exposition:
+// workers with consecutive DPRank values behind it look like one
+// data-parallel engine, each rank's series labelled with its rank.
+func MetricsHandler(ws ...*Worker) http.Handler {
+	gs := make(prometheus.Gatherers, len(ws))
+	for i, w := range ws {
+		gs[i] = w.metrics.reg
+	}
+	return promhttp.HandlerFor(gs, promhttp.HandlerOpts{})
 }

@@ -100,6 +100,8 @@ type Stats struct {
 	Held int
 	// MaxRunning is the largest Running ever observed.
 	MaxRunning int
+	// MaxWaiting is the largest Waiting ever observed.
+	MaxWaiting int
 	// PromptTokens, CachedTokens and GenerationTokens are token totals:
 	// prompt tokens prefilled (cached ones included), the part of them
 	// served from the prefix cache, and output tokens produced.

@@ -21,7 +21,9 @@
 //     tollgate's queue; its resident memory and goroutines per held
 //     request, and the drain time after release, at two sizes;
 //  4. tokenizers: `go test -bench` on ./extproc/tokenize;
-//  5. with -profile, CPU and allocation profiles of the extproc server code
+//  5. engine metrics: the scraper's CPU per worker per second at 256
+//     workers (`go test -bench` on ./extproc/enginemetrics);
+//  6. with -profile, CPU and allocation profiles of the extproc server code
 //     under the BUFFERED load at the highest concurrency, taken from a
 //     harness build of the server (the serve subcommand) since the tollgate
 //     binary has no profiling endpoint.
