@@ -82,12 +82,12 @@ func TestDynamo_QueueKeySnapshot(t *testing.T) {
 	h.submit(Request{ID: 4, Model: "m", Class: "w", ISL: 0, StrictPriority: 9, HasStrictPriority: true})
 	tests := []struct {
 		id     uint64
-		strict uint32
+		strict uint64
 		score  float64
 		cost   uint64
 		seq    uint64
 	}{
-		{2, 2, 2 - 3.5, 10, 0},
+		{2, 2 << 32, 2 - 3.5, 10, 0}, // interactive, no hint
 		{3, 0, 1.0 / 800, 800, 1},
 		{4, 9, 1, 1, 2},
 	}
