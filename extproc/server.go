@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,6 +178,7 @@ func (s *Server) noteWorkers(set *workerSet) {
 	for id := range set.byID {
 		s.workerIDs[id] = struct{}{}
 	}
+	s.metrics.setNamedModels(slices.Collect(maps.Keys(s.cfg.Sched.Policy.Models)), set.sched)
 	s.ready.Store(len(set.byID) > 0)
 	s.updateHealth()
 }

@@ -360,7 +360,7 @@ func TestDynamo_NoEndpoints(t *testing.T) {
 	ghost := Request{ID: 1, Model: "ghost", ISL: 5}
 	acts := h.s.Submit(h.now, ghost)
 	h.want("unserved model", simRender(acts), "reject 1 no_endpoints")
-	if want := `no endpoints available to route work: no ready worker serves model "ghost"`; acts[0].Message != want {
+	if want := `no endpoints available to route work: no ready worker serves the model`; acts[0].Message != want {
 		t.Fatalf("message %q", acts[0].Message)
 	}
 	h.want("busy the worker", h.submit(simReq(2, PriorityDefault, 5)), "dispatch 2 w/0")
@@ -368,7 +368,7 @@ func TestDynamo_NoEndpoints(t *testing.T) {
 	tainted.RequiredTaints = []string{"y"}
 	acts = h.s.Submit(h.now, tainted)
 	h.want("never queued without a backlog", simRender(acts), "reject 3 no_endpoints")
-	if want := `no endpoints available to route work: no ready worker serving model "m" carries the required taints ["y"]`; acts[0].Message != want {
+	if want := `no endpoints available to route work: no ready worker serving the model carries the required taints ["y"]`; acts[0].Message != want {
 		t.Fatalf("message %q", acts[0].Message)
 	}
 	h.want("a backlog", h.submit(simReq(4, PriorityDefault, 5)))

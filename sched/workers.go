@@ -284,15 +284,16 @@ func (s *Scheduler) pinMessage(id string, rank uint32, f pinFault) string {
 }
 
 // noEndpointsMessage explains why no worker is eligible for an unpinned
-// request on model with the required taints.
+// request on model with the required taints. It does not repeat the model
+// name, which the client chose and the action carries.
 func (s *Scheduler) noEndpointsMessage(model string, taints []string) string {
 	const prefix = "no endpoints available to route work: "
 	for _, w := range s.workers {
 		if w.serves(model) {
-			return fmt.Sprintf(prefix+"no ready worker serving model %q carries the required taints %q", model, taints)
+			return fmt.Sprintf(prefix+"no ready worker serving the model carries the required taints %q", taints)
 		}
 	}
-	return fmt.Sprintf(prefix+"no ready worker serves model %q", model)
+	return prefix + "no ready worker serves the model"
 }
 
 // cachedOn returns e's prefix-cache hit on worker id (0 when not listed).

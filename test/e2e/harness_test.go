@@ -71,6 +71,9 @@ type options struct {
 	hold func(mockworker.RequestInfo) bool
 	// config adjusts tollgate's configuration.
 	config func(*extproc.Config)
+	// anyModel lists the workers without a model, so that tollgate routes
+	// every name to them (the default of Kubernetes discovery).
+	anyModel bool
 }
 
 // stack is tollgate between a simulated Envoy and mock workers.
@@ -111,7 +114,11 @@ func newStack(t *testing.T, o options) *stack {
 		}
 		w := mockworker.Start(t, wc)
 		st.workers = append(st.workers, w)
-		st.list = append(st.list, extproc.Worker{ID: wc.ID, Address: w.Addr(), MaxRunningRequests: o.maxRunning, Model: model})
+		listed := extproc.Worker{ID: wc.ID, Address: w.Addr(), MaxRunningRequests: o.maxRunning, Model: model}
+		if o.anyModel {
+			listed.Model = ""
+		}
+		st.list = append(st.list, listed)
 	}
 	cfg := extproc.Config{
 		EnvoyMessageTimeout:    o.messageTimeout,

@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/openai"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 	"github.com/tollgate/tollgate/test/mockworker"
@@ -61,5 +65,63 @@ func TestStrictPriorityHintStaysUnderTheTenantCeiling(t *testing.T) {
 	s.gate.Open()
 	for _, ch := range []<-chan result{urgent, hinted, hintedBody} {
 		expectStatus(t, s.await(ch).r, http.StatusOK, "")
+	}
+}
+
+// scrape returns the server's /metrics page.
+func (s *stack) scrape() string {
+	s.t.Helper()
+	rec := httptest.NewRecorder()
+	s.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		s.t.Fatalf("/metrics: %d", rec.Code)
+	}
+	return rec.Body.String()
+}
+
+// TestClientModelNamesStayOutOfMetricsAndQueues: behind a worker that
+// serves every model, client-chosen names used to become queues and metric
+// labels for the life of the process, of any length.
+func TestClientModelNamesStayOutOfMetricsAndQueues(t *testing.T) {
+	s := newStack(t, options{anyModel: true})
+	long := strings.Repeat("m", openai.MaxModelNameBytes+1)
+	r := s.do(post("/v1/completions", []byte(`{"model":"`+long+`","prompt":"hi"}`)))
+	if r.Status != http.StatusBadRequest || errorBody(t, r)["param"] != "model" {
+		t.Fatalf("over-long model: %d %q", r.Status, r.Body)
+	}
+	var names []string
+	for i := range 20 {
+		name := fmt.Sprintf("%0200d", i)
+		names = append(names, name)
+		// The mock worker serves one model and answers 404 for the others:
+		// tollgate admitted and routed each request.
+		if r := s.do(post("/v1/completions", []byte(`{"model":"`+name+`","prompt":"hi"}`))); r.Status != http.StatusNotFound {
+			t.Fatalf("model %d: %d %q", i, r.Status, r.Body)
+		}
+	}
+	st := s.waitStats("settled", func(sched.Stats) bool { return true })
+	if len(st.Queues) != 1 || st.Queues[0].Model != "" {
+		t.Errorf("queues %+v, want only the shared one", st.Queues)
+	}
+	page := s.scrape()
+	for _, n := range names {
+		if strings.Contains(page, n) {
+			t.Fatalf("/metrics carries the client's model name %q", n)
+		}
+	}
+}
+
+// TestNoEndpointsBodyNamesTheModelOnce: the 503 for a model no worker
+// serves names it in the model field only.
+func TestNoEndpointsBodyNamesTheModelOnce(t *testing.T) {
+	s := newStack(t, options{})
+	name := strings.Repeat("x", openai.MaxModelNameBytes)
+	r := s.do(post("/v1/completions", []byte(`{"model":"`+name+`","prompt":"hi"}`)))
+	expectStatus(t, r, http.StatusServiceUnavailable, "no_endpoints")
+	if n := strings.Count(string(r.Body), name); n != 1 {
+		t.Fatalf("the body names the model %d times: %s", n, r.Body)
+	}
+	if errorBody(t, r)["model"] != name {
+		t.Errorf("model field missing: %s", r.Body)
 	}
 }
