@@ -73,9 +73,8 @@ func (w *FileWatcher) Run(ctx context.Context) error {
 // load applies the file; unless force, only when its content changed.
 // w.mu is held.
 func (w *FileWatcher) load(force bool) error {
-	data, err := os.ReadFile(w.path)
+	data, err := readWorkersFile(w.path)
 	if err != nil {
-		err = fmt.Errorf("extproc: workers file: %w", err)
 		if force || !errors.Is(err, os.ErrNotExist) || w.last != nil {
 			w.log.Error("workers file not reloaded; keeping the current worker set", "path", w.path, "error", err)
 		}

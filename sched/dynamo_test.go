@@ -289,8 +289,10 @@ func TestDynamo_PinnedWorkers(t *testing.T) {
 		{"rank inside the range", Pin{Worker: "w4", Rank: 3, HasRank: true}, []string{"gpu"}, "w4/3"},
 		{"several ranks, no rank given", Pin{Worker: "w4"}, nil,
 			"Pinned worker w4 requires an explicit dp_rank because it has multiple or unknown DP ranks"},
+		// Upstream answers with the dp_rank text here, which misleads: the
+		// worker does not exist.
 		{"unknown worker, no rank given", Pin{Worker: "nope"}, nil,
-			"Pinned worker nope requires an explicit dp_rank because it has multiple or unknown DP ranks"},
+			"Pinned worker nope is not eligible: no ready worker with that id serves the model"},
 		{"unknown worker", Pin{Worker: "nope", HasRank: true}, nil,
 			"Pinned worker nope dp_rank 0 is not eligible: worker nope is unavailable"},
 		{"worker of another model", Pin{Worker: "wx", HasRank: true}, nil,

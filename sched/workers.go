@@ -233,6 +233,9 @@ const (
 	pinOutOfRange
 	// pinConstraints: the worker lacks a required taint.
 	pinConstraints
+	// pinUnknown: no rank given and the worker is unknown (or does not
+	// serve the model); answered as unavailable, not as a missing rank.
+	pinUnknown
 )
 
 // resolvePin resolves and validates a pin for a request on model with the
@@ -249,7 +252,10 @@ func (s *Scheduler) resolvePin(model string, taints []string, p Pin) (*rankState
 		w = nil
 	}
 	if !p.HasRank {
-		if w == nil || len(w.ranks) != 1 {
+		if w == nil {
+			return nil, 0, pinUnknown
+		}
+		if len(w.ranks) != 1 {
 			return nil, 0, pinNeedsRank
 		}
 		p.Rank = w.dpStart
@@ -272,6 +278,8 @@ func (s *Scheduler) pinMessage(id string, rank uint32, f pinFault) string {
 	switch f {
 	case pinNeedsRank:
 		return fmt.Sprintf("Pinned worker %s requires an explicit dp_rank because it has multiple or unknown DP ranks", id)
+	case pinUnknown:
+		return fmt.Sprintf("Pinned worker %s is not eligible: no ready worker with that id serves the model", id)
 	case pinOutOfRange:
 		w := s.byID[id]
 		reason = fmt.Sprintf("worker %s dp_rank %d is outside [%d, %d)", id, rank, w.dpStart, uint64(w.dpStart)+uint64(len(w.ranks)))

@@ -37,6 +37,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, w := range st.warnings {
+		log.Warn(w)
+	}
 	return serve(ctx, &o, st, log, nil)
 }
 
