@@ -122,6 +122,10 @@ type Config struct {
 	// MaxHeaderBytes bounds the request headers, names plus values (431
 	// above it). 0 means DefaultMaxHeaderBytes.
 	MaxHeaderBytes int
+	// MaxHeaderCount bounds the number of request header entries (431 above
+	// it), whatever their size. 0 means DefaultMaxHeaderCount, Envoy's own
+	// max_headers_count default.
+	MaxHeaderCount int
 
 	// EnvoyMessageTimeout is Envoy's message_timeout
 	// (--envoy-message-timeout). 0 means DefaultEnvoyMessageTimeout.
@@ -177,6 +181,7 @@ func (c Config) withDefaults() Config {
 	}
 	setDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 	setDefault(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	setDefault(&c.MaxHeaderCount, DefaultMaxHeaderCount)
 	setDefault(&c.EnvoyMessageTimeout, DefaultEnvoyMessageTimeout)
 	setDefault(&c.EnvoyMaxMessageTimeout, DefaultEnvoyMaxMessageTimeout)
 	if c.EnvoyMaxMessageTimeout < 0 {
@@ -223,6 +228,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxHeaderBytes < 0 {
 		bad("max header bytes %d is negative", c.MaxHeaderBytes)
+	}
+	if c.MaxHeaderCount < 0 {
+		bad("max header count %d is negative", c.MaxHeaderCount)
 	}
 	if c.EnvoyMessageTimeout < 0 || c.EnvoyMessageTimeout > time.Hour {
 		bad("envoy message timeout %v is outside [0s, 1h] (Envoy's range)", c.EnvoyMessageTimeout)

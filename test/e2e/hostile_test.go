@@ -125,3 +125,20 @@ func TestNoEndpointsBodyNamesTheModelOnce(t *testing.T) {
 		t.Errorf("model field missing: %s", r.Body)
 	}
 }
+
+// TestHeaderEntryLimit: empty header entries used to count as 0 bytes, so
+// any number of them passed the header limit. A request with more entries
+// than Envoy's default max_headers_count is answered 431.
+func TestHeaderEntryLimit(t *testing.T) {
+	s := newStack(t, options{})
+	var h []string
+	for i := range extproc.DefaultMaxHeaderCount {
+		h = append(h, fmt.Sprintf("x-empty-%d", i), "")
+	}
+	r := s.do(chat("hi", h...))
+	expectStatus(t, r, http.StatusRequestHeaderFieldsTooLarge, "request_headers_too_large")
+	if !strings.Contains(errorBody(t, r)["message"].(string), "more than the limit of 100") {
+		t.Errorf("body %s", r.Body)
+	}
+	expectStatus(t, s.do(chat("hi", h[:2*80]...)), http.StatusOK, "")
+}
