@@ -1,9 +1,18 @@
 package extproc
 
 import (
+	"bytes"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestServer_BufferedTrailersWithoutBodyOutsideAdmission: the probe's
@@ -24,5 +33,79 @@ func TestServer_BufferedTrailersWithoutBodyOutsideAdmission(t *testing.T) {
 	r := cs.recv().GetImmediateResponse()
 	if r.GetStatus().GetCode() != http.StatusBadRequest || !strings.Contains(string(r.GetBody()), "trailers and no body") {
 		t.Fatalf("trailers without a body: %v", r)
+	}
+}
+
+// TestServer_StreamEndsCountedByCode: oversized and undecodable messages
+// used to end the stream inside gRPC with no metric; every ending is now
+// counted by its gRPC code.
+func TestServer_StreamEndsCountedByCode(t *testing.T) {
+	cfg := Config{MaxBodyBytes: 1 << 10}
+	ts := startServer(t, cfg, oneWorker)
+	p := proto{req: modeBuffered, resp: modeStreamed}
+
+	big := ts.open() // over the gRPC receive limit: ResourceExhausted
+	big.send(reqHeaders(p, "POST", "/v1/completions", false), reqBody(strings.Repeat("x", 2<<20), true))
+	if err := endSkippingReplies(t, big); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("oversized: %v", err)
+	}
+	flood := ts.open() // refused by the header limits before decoding
+	flood.send(headersMessage(100_000, 0, 0))
+	if err := endSkippingReplies(t, flood); status.Code(err) != codes.Internal {
+		t.Fatalf("flood: %v", err)
+	}
+	ok := ts.open()
+	ok.send(reqHeaders(p, "GET", "/v1/models", true))
+	ok.recvKinds(1)
+	ok.finish()
+
+	want := map[string]float64{"ResourceExhausted": 1, "Internal": 1, "OK": 1}
+	deadline := time.Now().Add(5 * time.Second)
+	for code, n := range want {
+		for testutil.ToFloat64(ts.srv.ends.total.WithLabelValues(code)) != n {
+			if time.Now().After(deadline) {
+				c, _ := testutil.CollectAndFormat(ts.srv.ends.total, expfmt.TypeTextPlain, "tollgate_extproc_streams_total")
+				t.Fatalf("tollgate_extproc_streams_total{code=%q} = %v, want %v:\n%s", code, testutil.ToFloat64(ts.srv.ends.total.WithLabelValues(code)), n, c)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+func TestStreamEnds_LogIsRateLimited(t *testing.T) {
+	var logs bytes.Buffer
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e := newStreamEnds(prometheus.NewRegistry(), slog.New(slog.NewTextHandler(&logs, nil)), func() time.Time { return now })
+	bad := status.Error(codes.ResourceExhausted, "too big")
+	e.ended(1, nil)
+	e.ended(2, bad)
+	e.ended(3, bad)
+	now = now.Add(abnormalLogInterval / 2)
+	e.ended(4, bad)
+	now = now.Add(abnormalLogInterval)
+	e.ended(5, bad)
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "request=2") || !strings.Contains(lines[1], "request=5") ||
+		!strings.Contains(lines[1], "suppressed_since_last=2") || !strings.Contains(lines[0], "code=ResourceExhausted") {
+		t.Fatalf("logs:\n%s", logs.String())
+	}
+	if got := testutil.ToFloat64(e.total.WithLabelValues("ResourceExhausted")); got != 4 {
+		t.Errorf("counted %v", got)
+	}
+}
+
+// endSkippingReplies waits for the server to end the stream, ignoring the
+// replies before.
+func endSkippingReplies(t *testing.T, c *clientStream) error {
+	t.Helper()
+	for {
+		select {
+		case r := <-c.in:
+			if r.err != nil {
+				return r.err
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("stream not ended within 5 s")
+		}
 	}
 }

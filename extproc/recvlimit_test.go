@@ -76,8 +76,11 @@ func FuzzHeaderMapLimits(f *testing.F) {
 		c := newLimitedCodec(recvLimits{headerMsgBytes: limit + recvHeadroom, headerEntries: headerCountHardFactor * count})
 		m := headersMessage(int(n), int(keyLen), int(valLen))
 		if len(extraKey) > 0 {
+			// Envoy sends keys as proto strings, which must be UTF-8;
+			// raw_value carries any bytes.
+			k := strings.ToValidUTF8(string(extraKey), "?")
 			hs := m.GetRequestHeaders().GetHeaders()
-			hs.Headers = append(hs.Headers, &corev3.HeaderValue{Key: string(extraKey), Value: string(extraKey)})
+			hs.Headers = append(hs.Headers, &corev3.HeaderValue{Key: k, RawValue: extraKey})
 		}
 		if trailers {
 			m = &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{

@@ -40,6 +40,7 @@ type Server struct {
 	planner *planner
 	disp    *dispatcher
 	health  *health.Server
+	ends    *streamEnds
 
 	ids      atomic.Uint64
 	active   atomic.Int64 // open Process streams
@@ -86,6 +87,7 @@ func New(cfg Config, workers []Worker) (*Server, error) {
 func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), workerIDs: make(map[string]struct{})}
 	s.metrics = newMetrics(cfg.TenantMetricTopN, s.stats)
+	s.ends = newStreamEnds(s.metrics.reg, s.log, cfg.Now)
 	tok := cfg.Tokenizer
 	if tok == nil {
 		var err error
@@ -333,11 +335,12 @@ type received struct {
 // goroutine runs the exchange; a reader goroutine turns Recv into a
 // channel so the loop also sees the scheduler's ticket, the hold deadline,
 // the stream's end and the dispatcher's.
-func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	s.active.Add(1)
 	defer s.active.Add(-1)
 	ctx := stream.Context()
 	id := s.ids.Add(1)
+	defer func() { s.ends.ended(id, err) }()
 	tk := newTicket(id)
 	x := newExchange(s.planner, &streamEnv{s: s, tk: tk, ctx: ctx}, s.log, id)
 
@@ -384,13 +387,14 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		case <-stopped:
 			st = x.onShutdown(s.cfg.Now())
 		case <-ctx.Done():
-			x.close(s.cfg.Now(), errClientGone)
-			return nil
+			// gRPC also cancels the stream when it refuses a message
+			// (oversized, undecodable); the reader then holds that error.
+			return s.endStream(x, lastRecvErr(in))
 		}
 		for _, m := range st.send {
 			if err := stream.Send(m); err != nil {
-				x.close(s.cfg.Now(), err)
-				return nil
+				// The stream is done; the reader holds why.
+				return s.endStream(x, lastRecvErr(in))
 			}
 		}
 		if st.end {
@@ -398,6 +402,18 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			return st.err
 		}
 	}
+}
+
+// lastRecvErr returns the error that ends the reader's Recv loop, skipping
+// messages still in flight. Once the stream's context is done Recv returns
+// at once, so this does not block for long.
+func lastRecvErr(in <-chan received) error {
+	for r := range in {
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return io.EOF
 }
 
 // endStream handles a Recv error. A half-close (io.EOF) or a reset
@@ -411,7 +427,6 @@ func (s *Server) endStream(x *exchange, err error) error {
 		x.close(now, errClientGone)
 		return nil
 	}
-	s.log.Warn("ext_proc stream failed", "request", x.id, "error", err)
-	x.close(now, err)
+	x.close(now, err) // logged, rate-limited, by streamEnds
 	return err
 }
