@@ -44,6 +44,13 @@ const (
 	// DefaultShutdownTimeout bounds how long Drain waits for in-flight
 	// streams (--shutdown-timeout).
 	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultMaxConcurrentStreams bounds the open ext_proc streams
+	// (--max-concurrent-streams): every held request is one stream.
+	DefaultMaxConcurrentStreams = 16384
+	// DefaultFirstMessageTimeout bounds how long a stream may stay open
+	// without sending its first message (--first-message-timeout). Envoy
+	// sends the request headers as soon as it opens a stream.
+	DefaultFirstMessageTimeout = 10 * time.Second
 	// DefaultWorkersPollInterval is how often a FileWatcher checks its file.
 	DefaultWorkersPollInterval = 2 * time.Second
 )
@@ -167,6 +174,16 @@ type Config struct {
 	// (--shutdown-timeout). 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 
+	// MaxConcurrentStreams bounds the open ext_proc streams; a stream over
+	// it ends at once with ResourceExhausted (Envoy answers its
+	// status_on_error). 0 means DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams int
+	// FirstMessageTimeout bounds how long a stream may stay open without
+	// sending a message; it then ends with DeadlineExceeded. Once Drain
+	// sheds the queue, such streams end at once. 0 means
+	// DefaultFirstMessageTimeout.
+	FirstMessageTimeout time.Duration
+
 	// GRPC configures the ext_proc listener.
 	GRPC GRPCConfig
 }
@@ -197,6 +214,8 @@ func (c Config) withDefaults() Config {
 		c.DrainDelay = 0
 	}
 	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&c.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
+	setDefault(&c.FirstMessageTimeout, DefaultFirstMessageTimeout)
 	setDefault(&c.GRPC.KeepaliveTime, 30*time.Second)
 	setDefault(&c.GRPC.KeepaliveTimeout, 10*time.Second)
 	setDefault(&c.GRPC.MinPingInterval, 5*time.Second)
@@ -268,6 +287,12 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		bad("shutdown timeout %v is negative", c.ShutdownTimeout)
+	}
+	if c.MaxConcurrentStreams < 0 {
+		bad("max concurrent streams %d is negative", c.MaxConcurrentStreams)
+	}
+	if c.FirstMessageTimeout < 0 {
+		bad("first message timeout %v is negative", c.FirstMessageTimeout)
 	}
 	if c.Sched.BlockSize > math.MaxInt32 {
 		bad("block size %d is too large", c.Sched.BlockSize)

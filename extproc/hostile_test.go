@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -108,4 +109,56 @@ func endSkippingReplies(t *testing.T, c *clientStream) error {
 			t.Fatal("stream not ended within 5 s")
 		}
 	}
+}
+
+// waitActive waits until n Process streams are open.
+func waitActive(t *testing.T, s *Server, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.active.Load() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d streams open, want %d", s.active.Load(), n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestServer_IdleStreamsAndStreamCap: a stream that never sends used to
+// stay open for good (and hold Drain for the whole shutdown timeout), and
+// nothing bounded the number of open streams.
+func TestServer_IdleStreamsAndStreamCap(t *testing.T) {
+	t.Run("no first message", func(t *testing.T) {
+		ts := startServer(t, Config{FirstMessageTimeout: 50 * time.Millisecond}, oneWorker)
+		if err := ts.open().end(); status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("idle stream: %v", err)
+		}
+	})
+	t.Run("concurrent stream cap", func(t *testing.T) {
+		ts := startServer(t, Config{MaxConcurrentStreams: 2}, oneWorker)
+		a, b := ts.open(), ts.open()
+		waitActive(t, ts.srv, 2)
+		if err := ts.open().end(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "more than 2 concurrent") {
+			t.Fatalf("third stream: %v", err)
+		}
+		a.cancel()
+		b.cancel()
+		waitActive(t, ts.srv, 0)
+		c := ts.open()
+		c.send(reqHeaders(proto{req: modeBuffered}, "GET", "/v1/models", true))
+		c.recvKinds(1)
+		c.finish()
+	})
+	t.Run("drain ends streams that sent nothing", func(t *testing.T) {
+		ts := startServer(t, Config{DrainDelay: -1, ShutdownTimeout: time.Hour, FirstMessageTimeout: time.Hour}, oneWorker)
+		idle := ts.open()
+		waitActive(t, ts.srv, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ts.srv.Drain(ctx); err != nil {
+			t.Fatalf("Drain: %v", err)
+		}
+		if err := idle.end(); status.Code(err) != codes.Unavailable {
+			t.Fatalf("idle stream: %v", err)
+		}
+	})
 }

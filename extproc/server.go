@@ -45,6 +45,10 @@ type Server struct {
 	ids      atomic.Uint64
 	active   atomic.Int64 // open Process streams
 	draining atomic.Bool
+	// shed is closed when Drain sheds the queue: streams that have not
+	// sent their first message end then.
+	shed     chan struct{}
+	shedOnce sync.Once
 	// standby is set while another replica holds the leader lease.
 	standby atomic.Bool
 	ready   atomic.Bool
@@ -85,7 +89,7 @@ func New(cfg Config, workers []Worker) (*Server, error) {
 
 // newServer wires a Server around any scheduler; cfg has its defaults.
 func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
-	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), workerIDs: make(map[string]struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), workerIDs: make(map[string]struct{}), shed: make(chan struct{})}
 	s.metrics = newMetrics(cfg.TenantMetricTopN, s.stats)
 	s.ends = newStreamEnds(s.metrics.reg, s.log, cfg.Now)
 	tok := cfg.Tokenizer
@@ -231,6 +235,7 @@ func (s *Server) Drain(ctx context.Context) error {
 	if err := sleepCtx(ctx, s.cfg.DrainDelay); err != nil {
 		return err
 	}
+	s.shedOnce.Do(func() { close(s.shed) })
 	if s.running() {
 		if _, err := s.disp.call(ctx, event{kind: evDrain}); err != nil && !errors.Is(err, errStopped) {
 			return err
@@ -336,11 +341,14 @@ type received struct {
 // channel so the loop also sees the scheduler's ticket, the hold deadline,
 // the stream's end and the dispatcher's.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
-	s.active.Add(1)
+	n := s.active.Add(1)
 	defer s.active.Add(-1)
 	ctx := stream.Context()
 	id := s.ids.Add(1)
 	defer func() { s.ends.ended(id, err) }()
+	if n > int64(s.cfg.MaxConcurrentStreams) {
+		return status.Errorf(codes.ResourceExhausted, "tollgate: more than %d concurrent ext_proc streams", s.cfg.MaxConcurrentStreams)
+	}
 	tk := newTicket(id)
 	x := newExchange(s.planner, &streamEnv{s: s, tk: tk, ctx: ctx}, s.log, id)
 
@@ -363,6 +371,11 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// Until the first message, the stream is bounded by
+	// FirstMessageTimeout and ends when the queue is shed.
+	first := time.NewTimer(s.cfg.FirstMessageTimeout)
+	defer first.Stop()
+	firstC, shed := first.C, s.shed
 	for {
 		if at, ok := x.deadline(); ok {
 			timer.Reset(max(0, at.Sub(s.cfg.Now())))
@@ -379,7 +392,17 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			if r.err != nil {
 				return s.endStream(x, r.err)
 			}
+			if firstC != nil {
+				first.Stop()
+				firstC, shed = nil, nil
+			}
 			st = x.message(s.cfg.Now(), r.m)
+		case <-firstC:
+			x.close(s.cfg.Now(), errClientGone)
+			return status.Errorf(codes.DeadlineExceeded, "tollgate: no message within %v of opening the stream", s.cfg.FirstMessageTimeout)
+		case <-shed:
+			x.close(s.cfg.Now(), errClientGone)
+			return status.Error(codes.Unavailable, "tollgate: draining; the stream sent no message")
 		case <-tk.wake:
 			st = x.onTicket(s.cfg.Now(), tk.load())
 		case <-timer.C:

@@ -182,6 +182,8 @@ func TestDeployment(t *testing.T) {
 		"max-body-bytes":                       "8388608",
 		"drain-delay":                          "5s",
 		"shutdown-timeout":                     "30s",
+		"max-concurrent-streams":               "16384",
+		"first-message-timeout":                "10s",
 		"log-level":                            "info",
 	}
 	for name, v := range want {

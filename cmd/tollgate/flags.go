@@ -62,6 +62,9 @@ type options struct {
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
 
+	maxConcurrentStreams int
+	firstMessageTimeout  time.Duration
+
 	discovery discoveryOptions
 }
 
@@ -138,7 +141,9 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.grpcClientCA, "grpc-client-ca", "", "PEM CA that client certificates must chain to (mTLS)")
 
 	fs.DurationVar(&o.drainDelay, "drain-delay", extproc.DefaultDrainDelay, "on SIGTERM, time between failing readiness and shedding the queue")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", extproc.DefaultShutdownTimeout, "on SIGTERM, time in-flight streams get to finish")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", extproc.DefaultShutdownTimeout, "on SIGTERM, time in-flight streams get to finish; the process exits within --drain-delay + --shutdown-timeout")
+	fs.IntVar(&o.maxConcurrentStreams, "max-concurrent-streams", extproc.DefaultMaxConcurrentStreams, "most open ext_proc streams (one per request, held ones included); more end with RESOURCE_EXHAUSTED")
+	fs.DurationVar(&o.firstMessageTimeout, "first-message-timeout", extproc.DefaultFirstMessageTimeout, "how long an ext_proc stream may stay open without sending its first message")
 	registerDiscoveryFlags(fs, &o.discovery)
 	return fs
 }
@@ -171,6 +176,8 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 		ForwardedForTrustedHops: o.forwardedForHops,
 		DrainDelay:              o.drainDelay,
 		ShutdownTimeout:         o.shutdownTimeout,
+		MaxConcurrentStreams:    o.maxConcurrentStreams,
+		FirstMessageTimeout:     o.firstMessageTimeout,
 		GRPC:                    extproc.GRPCConfig{TLSCert: o.grpcTLSCert, TLSKey: o.grpcTLSKey, ClientCA: o.grpcClientCA},
 	}
 	if o.envoyMaxMessageTimeout == 0 {
@@ -181,6 +188,15 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	}
 	if o.drainDelay < 0 {
 		add(fmt.Errorf("--drain-delay must not be negative, got %v (0 drains without delay)", o.drainDelay))
+	}
+	if o.maxConcurrentStreams <= 0 {
+		add(fmt.Errorf("--max-concurrent-streams must be positive, got %d", o.maxConcurrentStreams))
+	}
+	if o.firstMessageTimeout <= 0 {
+		add(fmt.Errorf("--first-message-timeout must be positive, got %v", o.firstMessageTimeout))
+	}
+	if o.shutdownTimeout == 0 {
+		add(errors.New("--shutdown-timeout must be positive, got 0s"))
 	}
 	if o.envoyMessageTimeout <= 0 {
 		add(fmt.Errorf("--envoy-message-timeout must be positive, got %v (Envoy's message_timeout, 1s when unset there)", o.envoyMessageTimeout))

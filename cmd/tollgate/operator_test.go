@@ -1,8 +1,16 @@
 package main
 
 import (
+	"context"
+	"io"
 	"strings"
 	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TestCheckConfig_MisleadingValuesAreRejected: each of these used to be
@@ -55,5 +63,66 @@ func TestCheckConfig_WarnsOnZeroWorkers(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "warning: no workers: ") || !strings.Contains(out, tc.want) || !strings.Contains(out, "configuration ok") {
 			t.Errorf("%v: code %d, output %q", tc.args, code, out)
 		}
+	}
+}
+
+// TestServe_ShutdownIsBoundedByTheFlags: exit used to take --drain-delay +
+// --shutdown-timeout + a hard-coded 5 s (more than the chart's grace period
+// allows) when a stream stayed open. It now fits in the two flags; the
+// check leaves 3 s of slack for a loaded machine, well under the old 5 s.
+func TestServe_ShutdownIsBoundedByTheFlags(t *testing.T) {
+	workers := writeFile(t, "workers.yaml", twoWorkers)
+	o := options{}
+	fs := newFlagSet("serve", &o)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--workers", workers,
+		"--drain-delay", "0", "--shutdown-timeout", "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	log := discardLogger()
+	st, err := o.build(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	addrs := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, &o, st, log, func(grpcAddr, _ string) { addrs <- grpcAddr }) }()
+	var addr string
+	select {
+	case addr = <-addrs:
+	case err := <-done:
+		t.Fatalf("serve returned early: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not come up")
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A routed request whose response never comes keeps its stream open.
+	hm := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":method", RawValue: []byte("GET")}, {Key: ":path", RawValue: []byte("/v1/models")}}}
+	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: hm, EndOfStream: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Fatalf("shutdown took %v with --drain-delay 0 --shutdown-timeout 1s", took)
 	}
 }
