@@ -371,11 +371,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	// Until the first message, the stream is bounded by
-	// FirstMessageTimeout and ends when the queue is shed.
-	first := time.NewTimer(s.cfg.FirstMessageTimeout)
-	defer first.Stop()
-	firstC, shed := first.C, s.shed
+	next, ended, err := s.firstMessage(ctx, x, in)
+	if ended {
+		return err
+	}
 	for {
 		if at, ok := x.deadline(); ok {
 			timer.Reset(max(0, at.Sub(s.cfg.Now())))
@@ -387,32 +386,26 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			stopped = s.disp.stopped
 		}
 		var st step
-		select {
-		case r := <-in:
-			if r.err != nil {
-				return s.endStream(x, r.err)
+		if next != nil {
+			st, next = x.message(s.cfg.Now(), next), nil
+		} else {
+			select {
+			case r := <-in:
+				if r.err != nil {
+					return s.endStream(x, r.err)
+				}
+				st = x.message(s.cfg.Now(), r.m)
+			case <-tk.wake:
+				st = x.onTicket(s.cfg.Now(), tk.load())
+			case <-timer.C:
+				st = x.onExpire(s.cfg.Now())
+			case <-stopped:
+				st = x.onShutdown(s.cfg.Now())
+			case <-ctx.Done():
+				// gRPC also cancels the stream when it refuses a message
+				// (oversized, undecodable); the reader then holds that error.
+				return s.endStream(x, lastRecvErr(in))
 			}
-			if firstC != nil {
-				first.Stop()
-				firstC, shed = nil, nil
-			}
-			st = x.message(s.cfg.Now(), r.m)
-		case <-firstC:
-			x.close(s.cfg.Now(), errClientGone)
-			return status.Errorf(codes.DeadlineExceeded, "tollgate: no message within %v of opening the stream", s.cfg.FirstMessageTimeout)
-		case <-shed:
-			x.close(s.cfg.Now(), errClientGone)
-			return status.Error(codes.Unavailable, "tollgate: draining; the stream sent no message")
-		case <-tk.wake:
-			st = x.onTicket(s.cfg.Now(), tk.load())
-		case <-timer.C:
-			st = x.onExpire(s.cfg.Now())
-		case <-stopped:
-			st = x.onShutdown(s.cfg.Now())
-		case <-ctx.Done():
-			// gRPC also cancels the stream when it refuses a message
-			// (oversized, undecodable); the reader then holds that error.
-			return s.endStream(x, lastRecvErr(in))
 		}
 		for _, m := range st.send {
 			if err := stream.Send(m); err != nil {
@@ -425,6 +418,41 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			return st.err
 		}
 	}
+}
+
+// firstMessage waits for a stream's first message, at most
+// FirstMessageTimeout; a stream that was open when Drain shed the queue and
+// has sent nothing ends then. When ended is set the stream is over and err
+// is what Process returns.
+func (s *Server) firstMessage(ctx context.Context, x *exchange, in <-chan received) (m *extprocv3.ProcessingRequest, ended bool, err error) {
+	first := time.NewTimer(s.cfg.FirstMessageTimeout)
+	defer first.Stop()
+	shed := s.shed
+	select {
+	case <-shed:
+		shed = nil // opened after the shedding: new arrivals get their answer
+	default:
+	}
+	var r received
+	select {
+	case r = <-in:
+	case <-first.C:
+		x.close(s.cfg.Now(), errClientGone)
+		return nil, true, status.Errorf(codes.DeadlineExceeded, "tollgate: no message within %v of opening the stream", s.cfg.FirstMessageTimeout)
+	case <-shed:
+		select {
+		case r = <-in: // it raced the shedding
+		default:
+			x.close(s.cfg.Now(), errClientGone)
+			return nil, true, status.Error(codes.Unavailable, "tollgate: draining; the stream sent no message")
+		}
+	case <-ctx.Done():
+		return nil, true, s.endStream(x, lastRecvErr(in))
+	}
+	if r.err != nil {
+		return nil, true, s.endStream(x, r.err)
+	}
+	return r.m, false, nil
 }
 
 // lastRecvErr returns the error that ends the reader's Recv loop, skipping
