@@ -118,7 +118,10 @@ func TestServe_ShutdownIsBoundedByTheFlags(t *testing.T) {
 	start := time.Now()
 	cancel()
 	select {
-	case <-done:
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not stop")
 	}
