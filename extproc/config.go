@@ -45,8 +45,9 @@ const (
 	// streams (--shutdown-timeout).
 	DefaultShutdownTimeout = 30 * time.Second
 	// DefaultMaxConcurrentStreams bounds the open ext_proc streams
-	// (--max-concurrent-streams): every held request is one stream.
-	DefaultMaxConcurrentStreams = 16384
+	// (--max-concurrent-streams): every held request is one stream. It
+	// matches the circuit breakers of the shipped Envoy configurations.
+	DefaultMaxConcurrentStreams = 40000
 	// DefaultFirstMessageTimeout bounds how long a stream may stay open
 	// without sending its first message (--first-message-timeout). Envoy
 	// sends the request headers as soon as it opens a stream.

@@ -182,7 +182,7 @@ func TestDeployment(t *testing.T) {
 		"max-body-bytes":                       "8388608",
 		"drain-delay":                          "5s",
 		"shutdown-timeout":                     "30s",
-		"max-concurrent-streams":               "16384",
+		"max-concurrent-streams":               "40000",
 		"first-message-timeout":                "10s",
 		"log-level":                            "info",
 	}
