@@ -133,9 +133,10 @@ func TestFileWatcher_TruncationKeepsTheFleet(t *testing.T) {
 }
 
 // FuzzWorkersFileRewrite rewrites the workers file of a serving Server with
-// arbitrary content: the content either parses and is applied exactly, or is
-// rejected and the previous set stays; no rewrite empties the fleet unless
-// it says workers: [].
+// arbitrary content, picked up by SIGHUP's Reload or by two polls: the
+// content either parses and is applied exactly, or is rejected and the
+// previous set stays; no rewrite empties the fleet unless it says
+// workers: [].
 func FuzzWorkersFileRewrite(f *testing.F) {
 	for _, s := range []string{
 		"", "workers:\n", "workers: []\n", "null", twoWorkers, twoWorkers[:len(twoWorkers)/2],
@@ -143,11 +144,12 @@ func FuzzWorkersFileRewrite(f *testing.F) {
 		"workers:\n- {id: w0, address: 10.0.0.1:80, model: m, dp_size: 4, taints: [a]}\n",
 		"workers:\n- id: w0\n  address: '[::1]:9'\n", "{workers: [{id: a, address: 1.2.3.4:5}]}",
 	} {
-		f.Add([]byte(s))
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
 	}
 	fl := startFleet(f)
 	defer fl.close()
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(t *testing.T, data []byte, viaPoll bool) {
 		if err := os.WriteFile(fl.path, []byte(fl.first), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +161,16 @@ func FuzzWorkersFileRewrite(f *testing.F) {
 			t.Fatal(err)
 		}
 		want, parseErr := ParseWorkers(data)
-		reloadErr := fl.w.Reload()
+		var reloadErr error
+		if viaPoll {
+			fl.w.mu.Lock()
+			if reloadErr = fl.w.load(false); reloadErr == nil {
+				reloadErr = fl.w.load(false)
+			}
+			fl.w.mu.Unlock()
+		} else {
+			reloadErr = fl.w.Reload()
+		}
 		got := fl.workerIDs(t)
 		if parseErr != nil {
 			if reloadErr == nil {
