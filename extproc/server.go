@@ -409,8 +409,12 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 		}
 		for _, m := range st.send {
 			if err := stream.Send(m); err != nil {
-				// The stream is done; the reader holds why.
-				return s.endStream(x, lastRecvErr(in))
+				if ctx.Err() != nil {
+					// The stream is done; the reader holds why.
+					return s.endStream(x, lastRecvErr(in))
+				}
+				x.close(s.cfg.Now(), err)
+				return err
 			}
 		}
 		if st.end {
