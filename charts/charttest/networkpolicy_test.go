@@ -1,6 +1,7 @@
 package charttest
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -64,5 +65,28 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 	if r := mustRender(t, map[string]any{"networkPolicy": map[string]any{"enabled": false}}); len(r.networkPolicies) != 0 {
 		t.Error("rendered with networkPolicy.enabled false")
+	}
+}
+
+func TestNetworkPolicy_NotesSayWhichPodsToLabel(t *testing.T) {
+	notes := func(override map[string]any) string {
+		t.Helper()
+		files, err := renderChart(t, override)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, s := range files {
+			if strings.HasSuffix(name, "NOTES.txt") {
+				return s
+			}
+		}
+		t.Fatal("no NOTES.txt")
+		return ""
+	}
+	if s := notes(nil); !strings.Contains(s, "tollgate.io/gateway=true") {
+		t.Errorf("default NOTES do not say which pods to label:\n%s", s)
+	}
+	if s := notes(map[string]any{"integration": "istio"}); strings.Contains(s, "tollgate.io/gateway") {
+		t.Errorf("istio NOTES mention the label:\n%s", s)
 	}
 }
