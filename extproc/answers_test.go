@@ -39,9 +39,9 @@ func TestAnswerTable(t *testing.T) {
 			body:    `{"message":"router policy class \"premium\" queue raw_isl_tokens limit reached (current=9000, limit=8192)","type":"Overloaded","code":529,"details":{"policy_class":"premium","limit_kind":"raw_isl_tokens","current":9000,"limit":8192}}`,
 		},
 		{
-			name: "no endpoints", r: &rejection{reason: reasonNoEndpoints, model: "llama", message: `no endpoints available to route work: no ready worker serves model "llama"`}, status: 503,
+			name: "no endpoints", r: &rejection{reason: reasonNoEndpoints, model: "llama", message: `no endpoints available to route work: no ready worker serves the model`}, status: 503,
 			headers: map[string]string{"content-type": "application/json", "x-smg-error-code": "no_endpoints"},
-			body:    `{"error":{"type":"Service Unavailable","code":"no_endpoints","message":"no endpoints available to route work: no ready worker serves model \"llama\"","param":null,"model":"llama"}}`,
+			body:    `{"error":{"type":"Service Unavailable","code":"no_endpoints","message":"no endpoints available to route work: no ready worker serves the model","param":null,"model":"llama"}}`,
 		},
 		{
 			name: "pin invalid", r: &rejection{reason: reasonPinInvalid, message: "Pinned worker w9 dp_rank 0 is not eligible: worker w9 is unavailable"}, status: 503,

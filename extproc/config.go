@@ -45,6 +45,14 @@ const (
 	// DefaultShutdownTimeout bounds how long Drain waits for in-flight
 	// streams (--shutdown-timeout).
 	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultMaxConcurrentStreams bounds the open ext_proc streams
+	// (--max-concurrent-streams): every held request is one stream. It
+	// matches the circuit breakers of the shipped Envoy configurations.
+	DefaultMaxConcurrentStreams = 40000
+	// DefaultFirstMessageTimeout bounds how long a stream may stay open
+	// without sending its first message (--first-message-timeout). Envoy
+	// sends the request headers as soon as it opens a stream.
+	DefaultFirstMessageTimeout = 10 * time.Second
 	// DefaultWorkersPollInterval is how often a FileWatcher checks its file.
 	DefaultWorkersPollInterval = 2 * time.Second
 )
@@ -123,6 +131,10 @@ type Config struct {
 	// MaxHeaderBytes bounds the request headers, names plus values (431
 	// above it). 0 means DefaultMaxHeaderBytes.
 	MaxHeaderBytes int
+	// MaxHeaderCount bounds the number of request header entries (431 above
+	// it), whatever their size. 0 means DefaultMaxHeaderCount, Envoy's own
+	// max_headers_count default.
+	MaxHeaderCount int
 
 	// EnvoyMessageTimeout is Envoy's message_timeout
 	// (--envoy-message-timeout). 0 means DefaultEnvoyMessageTimeout.
@@ -164,6 +176,16 @@ type Config struct {
 	// (--shutdown-timeout). 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 
+	// MaxConcurrentStreams bounds the open ext_proc streams; a stream over
+	// it ends at once with ResourceExhausted (Envoy answers its
+	// status_on_error). 0 means DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams int
+	// FirstMessageTimeout bounds how long a stream may stay open without
+	// sending a message; it then ends with DeadlineExceeded. Once Drain
+	// sheds the queue, such streams end at once. 0 means
+	// DefaultFirstMessageTimeout.
+	FirstMessageTimeout time.Duration
+
 	// GRPC configures the ext_proc listener.
 	GRPC GRPCConfig
 
@@ -183,6 +205,7 @@ func (c Config) withDefaults() Config {
 	}
 	setDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 	setDefault(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	setDefault(&c.MaxHeaderCount, DefaultMaxHeaderCount)
 	setDefault(&c.EnvoyMessageTimeout, DefaultEnvoyMessageTimeout)
 	setDefault(&c.EnvoyMaxMessageTimeout, DefaultEnvoyMaxMessageTimeout)
 	if c.EnvoyMaxMessageTimeout < 0 {
@@ -198,6 +221,8 @@ func (c Config) withDefaults() Config {
 		c.DrainDelay = 0
 	}
 	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&c.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
+	setDefault(&c.FirstMessageTimeout, DefaultFirstMessageTimeout)
 	setDefault(&c.GRPC.KeepaliveTime, 30*time.Second)
 	setDefault(&c.GRPC.KeepaliveTimeout, 10*time.Second)
 	setDefault(&c.GRPC.MinPingInterval, 5*time.Second)
@@ -229,6 +254,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxHeaderBytes < 0 {
 		bad("max header bytes %d is negative", c.MaxHeaderBytes)
+	}
+	if c.MaxHeaderCount < 0 {
+		bad("max header count %d is negative", c.MaxHeaderCount)
 	}
 	if c.EnvoyMessageTimeout < 0 || c.EnvoyMessageTimeout > time.Hour {
 		bad("envoy message timeout %v is outside [0s, 1h] (Envoy's range)", c.EnvoyMessageTimeout)
@@ -266,6 +294,12 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		bad("shutdown timeout %v is negative", c.ShutdownTimeout)
+	}
+	if c.MaxConcurrentStreams < 0 {
+		bad("max concurrent streams %d is negative", c.MaxConcurrentStreams)
+	}
+	if c.FirstMessageTimeout < 0 {
+		bad("first message timeout %v is negative", c.FirstMessageTimeout)
 	}
 	if c.Sched.BlockSize > math.MaxInt32 {
 		bad("block size %d is too large", c.Sched.BlockSize)

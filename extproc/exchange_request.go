@@ -57,7 +57,7 @@ func (x *exchange) duplex() bool {
 //     then answer the headers with the route.
 func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) step {
 	x.start = now
-	hdr, rej := parseHeaders(h.GetHeaders(), x.p.tenants.HeaderName(), x.cfg.MaxHeaderBytes)
+	hdr, rej := parseHeaders(h.GetHeaders(), x.p.tenants.HeaderName(), x.cfg.MaxHeaderBytes, x.cfg.MaxHeaderCount)
 	if rej != nil {
 		return x.reject(now, rej)
 	}
@@ -161,6 +161,14 @@ func (x *exchange) requestTrailers(now time.Time) step {
 // once when it is outside admission, otherwise plan it and submit it.
 func (x *exchange) complete(now time.Time) step {
 	if !x.admission {
+		if !x.canCarryRoute() {
+			// BUFFERED with trailers and no body: only the trailers reply
+			// is left, and it cannot set a header, so a CONTINUE would
+			// forward the request with whatever destination header the
+			// client sent.
+			return x.reject(now, &rejection{reason: reasonBadRequest,
+				message: "a request with trailers and no body cannot be routed: send the request without trailers or with a body"})
+		}
 		model := modelOf(x.body)
 		t, ok, err := x.env.route(model)
 		switch {
@@ -186,6 +194,17 @@ func (x *exchange) complete(now time.Time) step {
 		return x.onShutdown(now)
 	}
 	return step{}
+}
+
+// canCarryRoute reports whether a held request message can carry the
+// route's header mutation.
+func (x *exchange) canCarryRoute() bool {
+	for _, h := range x.held {
+		if h == heldHeaders || h == heldBufferedBody {
+			return true
+		}
+	}
+	return false
 }
 
 // routeReplies answers every held request message in order; the first one

@@ -385,7 +385,7 @@ func TestExchange_SchedulerRejections(t *testing.T) {
 		{sched.Action{Outcome: sched.OutcomeQueueFull}, 429},
 		{sched.Action{Outcome: sched.OutcomeQueueTimeout, Queued: true, Wait: time.Second}, 503},
 		{sched.Action{Outcome: sched.OutcomeClassLimit, PolicyClass: "premium", LimitKind: sched.LimitRequests, LimitCurrent: 4, LimitValue: 4}, 529},
-		{sched.Action{Outcome: sched.OutcomeNoEndpoints, Model: "llama", Message: "no endpoints available to route work: no ready worker serves model \"llama\""}, 503},
+		{sched.Action{Outcome: sched.OutcomeNoEndpoints, Model: "llama", Message: "no endpoints available to route work: no ready worker serves the model"}, 503},
 		{sched.Action{Outcome: sched.OutcomePinInvalid, Message: "Pinned worker w9 dp_rank 0 is not eligible: worker w9 is unavailable"}, 503},
 		{sched.Action{Outcome: sched.OutcomeShutdown}, 503},
 	}

@@ -22,6 +22,11 @@ const recvHeadroom = 256 << 10
 //     headers and headroom; gRPC ends a stream whose message is larger with
 //     ResourceExhausted, which Envoy answers with its status_on_error (a
 //     body within the limit but over MaxBodyBytes is answered 413);
+//   - a lower limit for every message without a body, MaxHeaderBytes plus
+//     headroom, and at most 4 × MaxHeaderCount header entries, both checked
+//     on the wire before the message is decoded (the stream ends with a
+//     gRPC error); within them, more than MaxHeaderCount entries or
+//     MaxHeaderBytes bytes are answered 431;
 //   - keepalive: the server pings idle connections every KeepaliveTime and
 //     drops them after KeepaliveTimeout without an ack, and it tolerates
 //     client pings every MinPingInterval, also on connections without
@@ -36,6 +41,10 @@ func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
 	g := cfg.GRPC
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxBodyBytes + cfg.MaxHeaderBytes + recvHeadroom),
+		grpc.ForceServerCodecV2(newLimitedCodec(recvLimits{
+			headerMsgBytes: cfg.MaxHeaderBytes + recvHeadroom,
+			headerEntries:  headerCountHardFactor * cfg.MaxHeaderCount,
+		})),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: g.MinPingInterval, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: g.KeepaliveTime, Timeout: g.KeepaliveTimeout}),
 	}

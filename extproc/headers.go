@@ -78,10 +78,15 @@ func headerValueLen(h *corev3.HeaderValue) int {
 }
 
 // parseHeaders reads the request headers and enforces the size limits: the
+// number of entries (maxCount, so that empty entries count too), the
 // total size of names and values (maxBytes), and Dynamo's limits of 64
 // x-dynamo-meta-* entries and 64 KiB of metadata. Names are compared in lower
 // case whatever the sender did.
-func parseHeaders(hm *corev3.HeaderMap, tenantHeader string, maxBytes int) (*headerInfo, *rejection) {
+func parseHeaders(hm *corev3.HeaderMap, tenantHeader string, maxBytes, maxCount int) (*headerInfo, *rejection) {
+	if n := len(hm.GetHeaders()); n > maxCount {
+		return nil, &rejection{reason: reasonHeadersTooLarge,
+			message: fmt.Sprintf("request has %d header entries, more than the limit of %d", n, maxCount)}
+	}
 	h := &headerInfo{values: make(map[string]string, 4)}
 	metaEntries, metaBytes := 0, 0
 	for _, hv := range hm.GetHeaders() {

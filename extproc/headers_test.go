@@ -24,7 +24,7 @@ func TestParseHeaders_FirstValueWinsAndNamesFold(t *testing.T) {
 		"x-forwarded-for", "198.51.100.1", "x-forwarded-for", "203.0.113.9",
 		"x-team", "red", "content-type", "application/json")
 	hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: "authorization", Value: "Bearer k"}) // value, not raw_value
-	h, rej := parseHeaders(hm, "x-team", 1<<16)
+	h, rej := parseHeaders(hm, "x-team", 1<<16, DefaultMaxHeaderCount)
 	if rej != nil {
 		t.Fatal(rej)
 	}
@@ -38,24 +38,24 @@ func TestParseHeaders_FirstValueWinsAndNamesFold(t *testing.T) {
 }
 
 func TestParseHeaders_Limits(t *testing.T) {
-	if _, rej := parseHeaders(headerMapOf("a", strings.Repeat("x", 100)), "", 100); rej == nil || rej.reason != reasonHeadersTooLarge {
+	if _, rej := parseHeaders(headerMapOf("a", strings.Repeat("x", 100)), "", 100, DefaultMaxHeaderCount); rej == nil || rej.reason != reasonHeadersTooLarge {
 		t.Errorf("101 bytes over a 100-byte limit: %v", rej)
 	}
-	if _, rej := parseHeaders(headerMapOf("a", strings.Repeat("x", 99)), "", 100); rej != nil {
+	if _, rej := parseHeaders(headerMapOf("a", strings.Repeat("x", 99)), "", 100, DefaultMaxHeaderCount); rej != nil {
 		t.Errorf("exactly 100 bytes: %v", rej)
 	}
 	var kv []string
 	for i := range 64 {
 		kv = append(kv, "x-dynamo-meta-k"+itoa(i), "v")
 	}
-	if _, rej := parseHeaders(headerMapOf(kv...), "", 1<<20); rej != nil {
+	if _, rej := parseHeaders(headerMapOf(kv...), "", 1<<20, 1000); rej != nil {
 		t.Errorf("64 metadata entries: %v", rej)
 	}
-	if _, rej := parseHeaders(headerMapOf(append(kv, "x-dynamo-meta-extra", "v")...), "", 1<<20); rej == nil {
+	if _, rej := parseHeaders(headerMapOf(append(kv, "x-dynamo-meta-extra", "v")...), "", 1<<20, 1000); rej == nil {
 		t.Error("65 metadata entries accepted")
 	}
 	big := strings.Repeat("v", 64<<10)
-	if _, rej := parseHeaders(headerMapOf("x-dynamo-meta-a", big), "", 1<<20); rej == nil || !strings.Contains(rej.text(), "65536 bytes") {
+	if _, rej := parseHeaders(headerMapOf("x-dynamo-meta-a", big), "", 1<<20, DefaultMaxHeaderCount); rej == nil || !strings.Contains(rej.text(), "65536 bytes") {
 		t.Errorf("metadata over 64 KiB: %v", rej)
 	}
 }
@@ -92,7 +92,7 @@ func FuzzParseHeaders(f *testing.F) {
 			hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: string(parts[i]), RawValue: parts[i+1]})
 		}
 		limit = max(limit, 0)
-		h, rej := parseHeaders(hm, "x-smg-tenant-id", limit)
+		h, rej := parseHeaders(hm, "x-smg-tenant-id", limit, 1<<20)
 		if rej != nil {
 			if rej.reason != reasonHeadersTooLarge || rej.text() == "" {
 				t.Fatalf("rejection %v", rej)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +43,9 @@ type metrics struct {
 	// models bounds the model label of tollgate_* series: model names come
 	// from request bodies.
 	models *boundedLabels
+	// named holds the model names the policy file or a current worker
+	// lists; every other name a client sends is labelled "other".
+	named atomic.Pointer[map[string]struct{}]
 
 	smgQueueWait    *prometheus.HistogramVec
 	clamp           *prometheus.CounterVec
@@ -139,7 +143,38 @@ const maxModelLabels = 64
 // request left without a decision, such as a client that went away).
 func (m *metrics) observeWait(p sched.Priority, model, class string, wait time.Duration) {
 	m.smgQueueWait.WithLabelValues(p.String()).Observe(wait.Seconds())
-	m.queueWait.WithLabelValues(m.models.label(metricModel(model)), class).Observe(wait.Seconds())
+	m.queueWait.WithLabelValues(m.modelLabel(model), class).Observe(wait.Seconds())
+}
+
+// modelLabel is the model label of tollgate_* series: "unknown" for no
+// model, the name when the configuration or a worker lists it (at most
+// maxModelLabels of them), else "other". A name only a client chose never
+// becomes a label value.
+func (m *metrics) modelLabel(model string) string {
+	if model == "" {
+		return "unknown"
+	}
+	if named := m.named.Load(); named != nil {
+		if _, ok := (*named)[model]; ok {
+			return m.models.label(model)
+		}
+	}
+	return "other"
+}
+
+// setNamedModels records the model names that may be label values: those
+// of the policy file and of the current workers.
+func (m *metrics) setNamedModels(policyModels []string, workers []sched.Worker) {
+	named := make(map[string]struct{}, len(policyModels)+len(workers))
+	for _, n := range policyModels {
+		named[n] = struct{}{}
+	}
+	for _, w := range workers {
+		if w.Model != "" {
+			named[w.Model] = struct{}{}
+		}
+	}
+	m.named.Store(&named)
 }
 
 // boundedLabels bounds a label's cardinality: the first n distinct values

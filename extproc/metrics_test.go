@@ -85,7 +85,7 @@ smg_scheduler_queue_size_limit{class="system"} 8
 smg_scheduler_utilization 1
 # HELP dynamo_frontend_router_queue_pending_requests Queued requests in the policy class.
 # TYPE dynamo_frontend_router_queue_pending_requests gauge
-dynamo_frontend_router_queue_pending_requests{model="llama",policy_class="default",worker_type="decode"} 1
+dynamo_frontend_router_queue_pending_requests{model="unknown",policy_class="default",worker_type="decode"} 1
 # HELP tollgate_worker_active_requests Requests booked on the worker rank.
 # TYPE tollgate_worker_active_requests gauge
 tollgate_worker_active_requests{rank="0",worker="w0"} 1
@@ -141,5 +141,15 @@ smg_scheduler_admit_total{class="system",outcome="rejected_queue_timeout"} 0
 	}
 	if _, ok := ts.srv.Stats(context.Background()); !ok {
 		t.Error("no stats")
+	}
+}
+
+func TestMetrics_ModelLabelOnlyForNamedModels(t *testing.T) {
+	m := newMetrics(1, nil)
+	m.setNamedModels([]string{"configured"}, []sched.Worker{{ID: "a", Model: "listed"}, {ID: "b"}})
+	for in, want := range map[string]string{"": "unknown", "configured": "configured", "listed": "listed", "client-chosen": "other"} {
+		if got := m.modelLabel(in); got != want {
+			t.Errorf("modelLabel(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

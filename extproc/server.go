@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,10 +41,15 @@ type Server struct {
 	planner *planner
 	disp    *dispatcher
 	health  *health.Server
+	ends    *streamEnds
 
 	ids      atomic.Uint64
 	active   atomic.Int64 // open Process streams
 	draining atomic.Bool
+	// shed is closed when Drain sheds the queue: streams that have not
+	// sent their first message end then.
+	shed     chan struct{}
+	shedOnce sync.Once
 	// standby is set while another replica holds the leader lease.
 	standby atomic.Bool
 	ready   atomic.Bool
@@ -87,8 +94,9 @@ func New(cfg Config, workers []Worker) (*Server, error) {
 
 // newServer wires a Server around any scheduler; cfg has its defaults.
 func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
-	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), workerIDs: make(map[string]struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), workerIDs: make(map[string]struct{}), shed: make(chan struct{})}
 	s.metrics = newMetrics(cfg.TenantMetricTopN, s.stats)
+	s.ends = newStreamEnds(s.metrics.reg, s.log, cfg.Now)
 	tok := cfg.Tokenizer
 	if tok == nil {
 		var err error
@@ -214,6 +222,7 @@ func (s *Server) noteWorkers(set *workerSet) {
 	if s.scraper != nil {
 		s.scraper.SetTargets(set.targets)
 	}
+	s.metrics.setNamedModels(slices.Collect(maps.Keys(s.cfg.Sched.Policy.Models)), set.sched)
 	s.ready.Store(len(set.byID) > 0)
 	s.updateHealth()
 }
@@ -264,6 +273,7 @@ func (s *Server) Drain(ctx context.Context) error {
 	if err := sleepCtx(ctx, s.cfg.DrainDelay); err != nil {
 		return err
 	}
+	s.shedOnce.Do(func() { close(s.shed) })
 	if s.running() {
 		if _, err := s.disp.call(ctx, event{kind: evDrain}); err != nil && !errors.Is(err, errStopped) {
 			return err
@@ -368,11 +378,15 @@ type received struct {
 // goroutine runs the exchange; a reader goroutine turns Recv into a
 // channel so the loop also sees the scheduler's ticket, the hold deadline,
 // the stream's end and the dispatcher's.
-func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
-	s.active.Add(1)
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
+	n := s.active.Add(1)
 	defer s.active.Add(-1)
 	ctx := stream.Context()
 	id := s.ids.Add(1)
+	defer func() { s.ends.ended(id, err) }()
+	if n > int64(s.cfg.MaxConcurrentStreams) {
+		return status.Errorf(codes.ResourceExhausted, "tollgate: more than %d concurrent ext_proc streams", s.cfg.MaxConcurrentStreams)
+	}
 	tk := newTicket(id)
 	x := newExchange(s.planner, &streamEnv{s: s, tk: tk, ctx: ctx}, s.log, id)
 
@@ -395,6 +409,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	next, ended, err := s.firstMessage(ctx, x, in)
+	if ended {
+		return err
+	}
 	for {
 		if at, ok := x.deadline(); ok {
 			timer.Reset(max(0, at.Sub(s.cfg.Now())))
@@ -406,26 +424,35 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			stopped = s.disp.stopped
 		}
 		var st step
-		select {
-		case r := <-in:
-			if r.err != nil {
-				return s.endStream(x, r.err)
+		if next != nil {
+			st, next = x.message(s.cfg.Now(), next), nil
+		} else {
+			select {
+			case r := <-in:
+				if r.err != nil {
+					return s.endStream(x, r.err)
+				}
+				st = x.message(s.cfg.Now(), r.m)
+			case <-tk.wake:
+				st = x.onTicket(s.cfg.Now(), tk.load())
+			case <-timer.C:
+				st = x.onExpire(s.cfg.Now())
+			case <-stopped:
+				st = x.onShutdown(s.cfg.Now())
+			case <-ctx.Done():
+				// gRPC also cancels the stream when it refuses a message
+				// (oversized, undecodable); the reader then holds that error.
+				return s.endStream(x, lastRecvErr(in))
 			}
-			st = x.message(s.cfg.Now(), r.m)
-		case <-tk.wake:
-			st = x.onTicket(s.cfg.Now(), tk.load())
-		case <-timer.C:
-			st = x.onExpire(s.cfg.Now())
-		case <-stopped:
-			st = x.onShutdown(s.cfg.Now())
-		case <-ctx.Done():
-			x.close(s.cfg.Now(), errClientGone)
-			return nil
 		}
 		for _, m := range st.send {
 			if err := stream.Send(m); err != nil {
+				if ctx.Err() != nil {
+					// The stream is done; the reader holds why.
+					return s.endStream(x, lastRecvErr(in))
+				}
 				x.close(s.cfg.Now(), err)
-				return nil
+				return err
 			}
 		}
 		if st.end {
@@ -433,6 +460,53 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			return st.err
 		}
 	}
+}
+
+// firstMessage waits for a stream's first message, at most
+// FirstMessageTimeout; a stream that was open when Drain shed the queue and
+// has sent nothing ends then. When ended is set the stream is over and err
+// is what Process returns.
+func (s *Server) firstMessage(ctx context.Context, x *exchange, in <-chan received) (m *extprocv3.ProcessingRequest, ended bool, err error) {
+	first := time.NewTimer(s.cfg.FirstMessageTimeout)
+	defer first.Stop()
+	shed := s.shed
+	select {
+	case <-shed:
+		shed = nil // opened after the shedding: new arrivals get their answer
+	default:
+	}
+	var r received
+	select {
+	case r = <-in:
+	case <-first.C:
+		x.close(s.cfg.Now(), errClientGone)
+		return nil, true, status.Errorf(codes.DeadlineExceeded, "tollgate: no message within %v of opening the stream", s.cfg.FirstMessageTimeout)
+	case <-shed:
+		select {
+		case r = <-in: // it raced the shedding
+		default:
+			x.close(s.cfg.Now(), errClientGone)
+			return nil, true, status.Error(codes.Unavailable, "tollgate: draining; the stream sent no message")
+		}
+	case <-ctx.Done():
+		return nil, true, s.endStream(x, lastRecvErr(in))
+	}
+	if r.err != nil {
+		return nil, true, s.endStream(x, r.err)
+	}
+	return r.m, false, nil
+}
+
+// lastRecvErr returns the error that ends the reader's Recv loop, skipping
+// messages still in flight. Once the stream's context is done Recv returns
+// at once, so this does not block for long.
+func lastRecvErr(in <-chan received) error {
+	for r := range in {
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return io.EOF
 }
 
 // endStream handles a Recv error. A half-close (io.EOF) or a reset
@@ -446,7 +520,6 @@ func (s *Server) endStream(x *exchange, err error) error {
 		x.close(now, errClientGone)
 		return nil
 	}
-	s.log.Warn("ext_proc stream failed", "request", x.id, "error", err)
-	x.close(now, err)
+	x.close(now, err) // logged, rate-limited, by streamEnds
 	return err
 }

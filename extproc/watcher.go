@@ -13,10 +13,12 @@ import (
 
 // FileWatcher keeps a Server's worker set in step with a workers file. It
 // re-reads the file every PollInterval and applies it when its content
-// changed, which also catches Kubernetes ConfigMap updates (an atomic
-// symlink swap that leaves the path's own modification time alone); Reload
-// applies it on demand (cmd/tollgate calls it on SIGHUP). An invalid file is
-// logged with its reason and the old set stays in force.
+// changed and then read the same on the next poll, which also catches
+// Kubernetes ConfigMap updates (an atomic symlink swap that leaves the
+// path's own modification time alone) and never applies a file caught
+// half-written by a writer still at work; Reload applies it on demand
+// (cmd/tollgate calls it on SIGHUP). An invalid file is logged with its
+// reason and the old set stays in force.
 //
 // A FileWatcher is safe for concurrent use.
 type FileWatcher struct {
@@ -30,6 +32,9 @@ type FileWatcher struct {
 	// last is the content of the file last seen (applied or rejected), so a
 	// bad file is reported once, not every poll.
 	last []byte
+	// pending is changed content seen by one poll, applied if the next
+	// poll reads the same.
+	pending []byte
 }
 
 // NewFileWatcher returns a watcher that loads path into apply (normally
@@ -73,19 +78,25 @@ func (w *FileWatcher) Run(ctx context.Context) error {
 // load applies the file; unless force, only when its content changed.
 // w.mu is held.
 func (w *FileWatcher) load(force bool) error {
-	data, err := os.ReadFile(w.path)
+	data, err := readWorkersFile(w.path)
 	if err != nil {
-		err = fmt.Errorf("extproc: workers file: %w", err)
 		if force || !errors.Is(err, os.ErrNotExist) || w.last != nil {
 			w.log.Error("workers file not reloaded; keeping the current worker set", "path", w.path, "error", err)
 		}
 		w.last = nil
 		return err
 	}
-	if !force && w.last != nil && bytes.Equal(data, w.last) {
-		return nil
+	if !force {
+		if w.last != nil && bytes.Equal(data, w.last) {
+			w.pending = nil
+			return nil
+		}
+		if w.pending == nil || !bytes.Equal(data, w.pending) {
+			w.pending = data // settle for one poll
+			return nil
+		}
 	}
-	w.last = data
+	w.last, w.pending = data, nil
 	ws, err := ParseWorkers(data)
 	if err == nil {
 		err = w.apply(ws)

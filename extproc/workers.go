@@ -1,13 +1,17 @@
 package extproc
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
+	yamlv3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate/tollgate/extproc/enginemetrics"
@@ -48,16 +52,21 @@ type workersFile struct {
 	Workers []Worker `json:"workers"`
 }
 
+// MaxWorkersFileBytes bounds the size of a workers file read.
+const MaxWorkersFileBytes = 4 << 20
+
 // LoadWorkersFile reads and validates a workers file:
 //
 //	workers:
 //	- {id: w0, address: "10.0.0.7:8000", max_running_requests: 64, dp_size: 2, model: llama}
 //
-// Unknown and duplicate keys are errors. An empty list is valid.
+// Unknown and duplicate keys are errors. An explicit empty list
+// (workers: []) means no workers; an empty or null document is an error,
+// since it is what a truncated file or a write in progress looks like.
 func LoadWorkersFile(path string) ([]Worker, error) {
-	data, err := os.ReadFile(path)
+	data, err := readWorkersFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("extproc: workers file: %w", err)
+		return nil, err
 	}
 	ws, err := ParseWorkers(data)
 	if err != nil {
@@ -66,8 +75,35 @@ func LoadWorkersFile(path string) ([]Worker, error) {
 	return ws, nil
 }
 
-// ParseWorkers decodes and validates the content of a workers file.
+// readWorkersFile reads at most MaxWorkersFileBytes of path; a longer file
+// (or a device such as /dev/zero) is an error.
+func readWorkersFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("extproc: workers file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxWorkersFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("extproc: workers file: %w", err)
+	}
+	if len(data) > MaxWorkersFileBytes {
+		return nil, fmt.Errorf("extproc: workers file %s is larger than %d bytes", path, MaxWorkersFileBytes)
+	}
+	return data, nil
+}
+
+// ParseWorkers decodes and validates the content of a workers file. The
+// file must be one YAML document with a workers key whose value is a list
+// (workers: [] for none); an empty or null document, a null workers value
+// and a second document are errors.
 func ParseWorkers(data []byte) ([]Worker, error) {
+	if len(data) > MaxWorkersFileBytes {
+		return nil, fmt.Errorf("workers file is larger than %d bytes", MaxWorkersFileBytes)
+	}
+	if err := checkWorkersDocument(data); err != nil {
+		return nil, err
+	}
 	var f workersFile
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("invalid yaml: %w", err)
@@ -76,6 +112,86 @@ func ParseWorkers(data []byte) ([]Worker, error) {
 		return nil, err
 	}
 	return f.Workers, nil
+}
+
+// errEmptyWorkers is the answer to a document that lists no workers list at
+// all: an empty file is what a truncation or a write in progress looks
+// like, so it never empties the fleet.
+var errEmptyWorkers = errors.New("the workers file is empty or null; write \"workers: []\" for no workers, and replace the file atomically (write a new file, then rename it over the old one)")
+
+// checkWorkersDocument rejects what strict decoding would take as zero
+// workers or silently cut: no document, a null document, a null workers
+// value, and more than one document.
+func checkWorkersDocument(data []byte) error {
+	dec := yamlv3.NewDecoder(bytes.NewReader(data))
+	var doc yamlv3.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return errEmptyWorkers
+		}
+		return fmt.Errorf("invalid yaml: %w", err)
+	}
+	var extra yamlv3.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return fmt.Errorf("invalid yaml: %w", err)
+		}
+		return errors.New("the workers file holds more than one YAML document; put every worker in one workers list")
+	}
+	if len(doc.Content) == 0 || isNull(doc.Content[0]) {
+		return errEmptyWorkers
+	}
+	root := doc.Content[0]
+	if root.Kind != yamlv3.MappingNode {
+		return nil // strict decoding names the type error
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == "workers" {
+			if isNull(root.Content[i+1]) {
+				return errors.New("workers is null; write \"workers: []\" for no workers")
+			}
+			return checkExplicitZeros(root.Content[i+1])
+		}
+	}
+	return errors.New("the workers file has no workers key; write \"workers: []\" for no workers")
+}
+
+// zeroMeansDefault lists the worker keys whose zero value selects a default
+// in Worker; written out as 0 they would silently mean something else.
+var zeroMeansDefault = map[string]string{
+	"max_running_requests":   "omit it for the default of 64 slots, or give a positive slot count",
+	"max_num_batched_tokens": "omit it for the default of 10000000, or give a positive count",
+	"dp_size":                "omit it for one rank, or give a positive rank count",
+}
+
+// checkExplicitZeros rejects an explicit 0 for a key where 0 is not a
+// usable value, instead of quietly applying the default.
+func checkExplicitZeros(list *yamlv3.Node) error {
+	if list.Kind != yamlv3.SequenceNode {
+		return nil // strict decoding names the type error
+	}
+	var errs []error
+	for i, w := range list.Content {
+		if w.Kind != yamlv3.MappingNode {
+			continue
+		}
+		for j := 0; j+1 < len(w.Content); j += 2 {
+			k, v := w.Content[j].Value, w.Content[j+1]
+			if hint, ok := zeroMeansDefault[k]; ok && v.Kind == yamlv3.ScalarNode && v.Tag == "!!int" && isZeroInt(v.Value) {
+				errs = append(errs, fmt.Errorf("worker %d: %s: 0 is not a valid value; %s", i, k, hint))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isZeroInt(s string) bool {
+	n, err := strconv.ParseInt(s, 0, 64)
+	return err == nil && n == 0
+}
+
+func isNull(n *yamlv3.Node) bool {
+	return n.Kind == yamlv3.ScalarNode && n.Tag == "!!null"
 }
 
 // ValidateWorkers reports every problem of a worker set, joined: missing or

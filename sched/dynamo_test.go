@@ -82,12 +82,12 @@ func TestDynamo_QueueKeySnapshot(t *testing.T) {
 	h.submit(Request{ID: 4, Model: "m", Class: "w", ISL: 0, StrictPriority: 9, HasStrictPriority: true})
 	tests := []struct {
 		id     uint64
-		strict uint32
+		strict uint64
 		score  float64
 		cost   uint64
 		seq    uint64
 	}{
-		{2, 2, 2 - 3.5, 10, 0},
+		{2, 2 << 32, 2 - 3.5, 10, 0}, // interactive, no hint
 		{3, 0, 1.0 / 800, 800, 1},
 		{4, 9, 1, 1, 2},
 	}
@@ -289,8 +289,10 @@ func TestDynamo_PinnedWorkers(t *testing.T) {
 		{"rank inside the range", Pin{Worker: "w4", Rank: 3, HasRank: true}, []string{"gpu"}, "w4/3"},
 		{"several ranks, no rank given", Pin{Worker: "w4"}, nil,
 			"Pinned worker w4 requires an explicit dp_rank because it has multiple or unknown DP ranks"},
+		// Upstream answers with the dp_rank text here, which misleads: the
+		// worker does not exist.
 		{"unknown worker, no rank given", Pin{Worker: "nope"}, nil,
-			"Pinned worker nope requires an explicit dp_rank because it has multiple or unknown DP ranks"},
+			"Pinned worker nope is not eligible: no ready worker with that id serves the model"},
 		{"unknown worker", Pin{Worker: "nope", HasRank: true}, nil,
 			"Pinned worker nope dp_rank 0 is not eligible: worker nope is unavailable"},
 		{"worker of another model", Pin{Worker: "wx", HasRank: true}, nil,
@@ -360,7 +362,7 @@ func TestDynamo_NoEndpoints(t *testing.T) {
 	ghost := Request{ID: 1, Model: "ghost", ISL: 5}
 	acts := h.s.Submit(h.now, ghost)
 	h.want("unserved model", simRender(acts), "reject 1 no_endpoints")
-	if want := `no endpoints available to route work: no ready worker serves model "ghost"`; acts[0].Message != want {
+	if want := `no endpoints available to route work: no ready worker serves the model`; acts[0].Message != want {
 		t.Fatalf("message %q", acts[0].Message)
 	}
 	h.want("busy the worker", h.submit(simReq(2, PriorityDefault, 5)), "dispatch 2 w/0")
@@ -368,7 +370,7 @@ func TestDynamo_NoEndpoints(t *testing.T) {
 	tainted.RequiredTaints = []string{"y"}
 	acts = h.s.Submit(h.now, tainted)
 	h.want("never queued without a backlog", simRender(acts), "reject 3 no_endpoints")
-	if want := `no endpoints available to route work: no ready worker serving model "m" carries the required taints ["y"]`; acts[0].Message != want {
+	if want := `no endpoints available to route work: no ready worker serving the model carries the required taints ["y"]`; acts[0].Message != want {
 		t.Fatalf("message %q", acts[0].Message)
 	}
 	h.want("a backlog", h.submit(simReq(4, PriorityDefault, 5)))

@@ -17,8 +17,9 @@ type entry struct {
 
 	// Queue key, set before ring.push and fixed while queued except through
 	// ring.fix. Order: promoted first, then strict desc, score desc, seq asc.
+	// strict is strictKey's class-then-hint tier.
 	promoted bool
-	strict   uint32
+	strict   uint64
 	score    float64
 	seq      uint64
 	cost     uint64 // scheduling_cost = max(1, uncached)

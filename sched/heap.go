@@ -102,15 +102,15 @@ func compareKey(a, b *entry) int { return a.sortKey().compare(b.sortKey()) }
 
 // sortKey is the queue key in a form that compares as plain integers.
 type sortKey struct {
-	tier  uint64 // promoted<<32 | strict, higher first
+	tier  uint64 // promoted<<63 | strict, higher first
 	score int64  // totalOrder(score), higher first
 	seq   uint64 // lower first
 }
 
 func (e *entry) sortKey() sortKey {
-	t := uint64(e.strict)
+	t := e.strict
 	if e.promoted {
-		t |= 1 << 32
+		t |= 1 << 63
 	}
 	return sortKey{tier: t, score: totalOrder(e.score), seq: e.seq}
 }

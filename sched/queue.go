@@ -3,11 +3,12 @@ package sched
 // This file holds the per-model queues, the arrival rule and the limits on
 // entry into a queue.
 
-// modelQueue is the queue of one served model name: a DRR ring over the
+// modelQueue is the queue of one model name that the policy file or a
+// worker names, or the shared queue of the empty name: a DRR ring over the
 // policy classes of the model's profile, plus the per-class counters the
-// ring does not keep. Created on the first request for a model that some
-// worker serves, and kept for the scheduler's life. Their number is
-// bounded (see queueKey).
+// ring does not keep. Created on the first request for it and kept for the
+// scheduler's life. Their number is bounded by the names the operator
+// configured (see queueKey).
 type modelQueue struct {
 	name    string
 	profile *Profile
@@ -21,19 +22,16 @@ type modelQueue struct {
 	backpressure [][LimitCachedTokens + 1]uint64
 }
 
-// maxModelQueues bounds the number of model queues. Workers without a model
-// serve every name a client sends, so without a bound each name would add
-// a queue for good, and its metric series.
-const maxModelQueues = 1024
-
-// queueKey returns the key of model's queue: the name itself, except that
-// once maxModelQueues queues exist, a new name that neither the policy file
-// nor a worker names shares the queue of the empty name. Such a name has no
-// profile of its own, so the empty name's profile (the root or fallback) is
-// its profile too; its entries keep their own model for eligibility,
-// limits and actions, and the shared queue's metrics say model "".
+// queueKey returns the key of model's queue: the name itself when the
+// policy file or a current worker names it (or its queue exists), else the
+// empty name. Workers without a model serve every name a client sends, so
+// a name only a client chose shares the empty name's queue: it never adds a
+// queue or a metric series. Such a name has no profile of its own, so the
+// empty name's profile (the root or fallback) is its profile too; its
+// entries keep their own model for eligibility, limits and actions, and
+// the shared queue's metrics say model "".
 func (s *Scheduler) queueKey(model string) string {
-	if _, ok := s.models[model]; ok || len(s.models) < maxModelQueues {
+	if _, ok := s.models[model]; ok {
 		return model
 	}
 	if _, ok := s.cfg.Policy.Models[model]; ok {

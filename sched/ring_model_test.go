@@ -215,7 +215,7 @@ var harnessScores = []float64{0, math.Copysign(0, -1), 1, -1, 0.5, math.Inf(1), 
 func (h *ringHarness) push(ci int, exact bool, worker int, rank uint32, cost uint64, strict uint32, score int, cached uint64) {
 	h.seq++
 	e := &entry{
-		id: h.seq, seq: h.seq, class: ci, cost: max(cost, 1), strict: strict,
+		id: h.seq, seq: h.seq, class: ci, cost: max(cost, 1), strict: uint64(strict),
 		score: harnessScores[score%len(harnessScores)], isl: cost + cached, cached: cached,
 	}
 	if exact {
@@ -464,7 +464,7 @@ func TestRing_LongRunTokenShare(t *testing.T) {
 	// far above every quantum) in a random lane of class ci.
 	requeue := func(e *entry, ci int) {
 		seq++
-		*e = entry{id: seq, seq: seq, class: ci, cost: 1 + rng.Uint64N(600), strict: uint32(rng.IntN(2))}
+		*e = entry{id: seq, seq: seq, class: ci, cost: 1 + rng.Uint64N(600), strict: uint64(rng.IntN(2))}
 		if rng.IntN(5) == 0 {
 			e.cost = 1 + rng.Uint64N(8000)
 		}

@@ -33,7 +33,7 @@ type entryOpt func(*entry)
 func pinTo(worker string, rank uint32) entryOpt {
 	return func(e *entry) { e.lane = laneKey{worker: worker, rank: rank} }
 }
-func withTier(s uint32) entryOpt   { return func(e *entry) { e.strict = s } }
+func withTier(s uint64) entryOpt   { return func(e *entry) { e.strict = s } }
 func withScore(s float64) entryOpt { return func(e *entry) { e.score = s } }
 func withPromoted() entryOpt       { return func(e *entry) { e.promoted = true } }
 func withSnapshot(isl, cached uint64) entryOpt {

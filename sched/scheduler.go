@@ -569,10 +569,7 @@ func (s *Scheduler) newEntry(r *Request, t instant) *entry {
 	if e.prio >= NumPriorities {
 		e.prio = PriorityDefault
 	}
-	e.strict = uint32(e.prio)
-	if r.HasStrictPriority {
-		e.strict = r.StrictPriority
-	}
+	e.strict = strictKey(e.prio, r.StrictPriority, r.HasStrictPriority)
 	e.isl = r.ISL
 	e.enq = t
 	e.taints = append(e.taints[:0], r.RequiredTaints...)

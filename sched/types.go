@@ -63,8 +63,10 @@ type Request struct {
 	Class string
 	// Priority is the effective SMG class, after the tenant clamp.
 	Priority Priority
-	// StrictPriority overrides the strict tier when HasStrictPriority is
-	// set; otherwise the tier is the Priority's rank (bulk 0 … system 3).
+	// StrictPriority is the client's strict-priority hint when
+	// HasStrictPriority is set (0 otherwise). It orders requests only
+	// within their effective Priority: the lane order is the Priority
+	// first, then this hint, so no hint lifts a request above its class.
 	StrictPriority    uint32
 	HasStrictPriority bool
 	// PriorityJump is Dynamo's priority_jump in seconds (clamped to >= 0).

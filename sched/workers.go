@@ -244,6 +244,9 @@ const (
 	pinOutOfRange
 	// pinConstraints: the worker lacks a required taint.
 	pinConstraints
+	// pinUnknown: no rank given and the worker is unknown (or does not
+	// serve the model); answered as unavailable, not as a missing rank.
+	pinUnknown
 )
 
 // resolvePin resolves and validates a pin for a request on model with the
@@ -260,7 +263,10 @@ func (s *Scheduler) resolvePin(model string, taints []string, p Pin) (*rankState
 		w = nil
 	}
 	if !p.HasRank {
-		if w == nil || len(w.ranks) != 1 {
+		if w == nil {
+			return nil, 0, pinUnknown
+		}
+		if len(w.ranks) != 1 {
 			return nil, 0, pinNeedsRank
 		}
 		p.Rank = w.dpStart
@@ -283,6 +289,8 @@ func (s *Scheduler) pinMessage(id string, rank uint32, f pinFault) string {
 	switch f {
 	case pinNeedsRank:
 		return fmt.Sprintf("Pinned worker %s requires an explicit dp_rank because it has multiple or unknown DP ranks", id)
+	case pinUnknown:
+		return fmt.Sprintf("Pinned worker %s is not eligible: no ready worker with that id serves the model", id)
 	case pinOutOfRange:
 		w := s.byID[id]
 		reason = fmt.Sprintf("worker %s dp_rank %d is outside [%d, %d)", id, rank, w.dpStart, uint64(w.dpStart)+uint64(len(w.ranks)))
@@ -295,15 +303,16 @@ func (s *Scheduler) pinMessage(id string, rank uint32, f pinFault) string {
 }
 
 // noEndpointsMessage explains why no worker is eligible for an unpinned
-// request on model with the required taints.
+// request on model with the required taints. It does not repeat the model
+// name, which the client chose and the action carries.
 func (s *Scheduler) noEndpointsMessage(model string, taints []string) string {
 	const prefix = "no endpoints available to route work: "
 	for _, w := range s.workers {
 		if w.serves(model) {
-			return fmt.Sprintf(prefix+"no ready worker serving model %q carries the required taints %q", model, taints)
+			return fmt.Sprintf(prefix+"no ready worker serving the model carries the required taints %q", taints)
 		}
 	}
-	return fmt.Sprintf(prefix+"no ready worker serves model %q", model)
+	return prefix + "no ready worker serves the model"
 }
 
 // cachedOn returns e's prefix-cache hit on worker id (0 when not listed).

@@ -109,14 +109,14 @@ func TestRenderKinds(t *testing.T) {
 		scenario string
 		want     []string
 	}{
-		{"default", []string{"ConfigMap", "Deployment", "Service", "ServiceAccount"}},
-		{"istio", []string{"ConfigMap", "Deployment", "EnvoyFilter", "Service", "ServiceAccount"}},
-		{"envoyGateway", []string{"BackendTrafficPolicy", "ClientTrafficPolicy", "ConfigMap", "Deployment", "EnvoyExtensionPolicy", "Service", "ServiceAccount"}},
-		{"everything", []string{"ConfigMap", "ConfigMap", "Deployment", "EnvoyFilter", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
-		{"kubernetesService", []string{"ConfigMap", "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"}},
-		{"kubernetesSelector", []string{"ConfigMap", "Deployment", "EnvoyFilter", "Role", "RoleBinding", "Service", "ServiceAccount"}},
-		{"inferencePool", []string{"ConfigMap", "Deployment", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"}},
-		{"leaderElection", []string{"BackendTrafficPolicy", "ClientTrafficPolicy", "ConfigMap", "Deployment", "EnvoyExtensionPolicy", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+		{"default", []string{"ConfigMap", "Deployment", "NetworkPolicy", "Service", "ServiceAccount"}},
+		{"istio", []string{"ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "Service", "ServiceAccount"}},
+		{"envoyGateway", []string{"BackendTrafficPolicy", "ClientTrafficPolicy", "ConfigMap", "Deployment", "EnvoyExtensionPolicy", "NetworkPolicy", "Service", "ServiceAccount"}},
+		{"everything", []string{"ConfigMap", "ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
+		{"kubernetesService", []string{"ConfigMap", "Deployment", "NetworkPolicy", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+		{"kubernetesSelector", []string{"ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+		{"inferencePool", []string{"ConfigMap", "Deployment", "NetworkPolicy", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"}},
+		{"leaderElection", []string{"BackendTrafficPolicy", "ClientTrafficPolicy", "ConfigMap", "Deployment", "EnvoyExtensionPolicy", "NetworkPolicy", "Role", "RoleBinding", "Service", "ServiceAccount"}},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			r := mustRender(t, values(t, scenarios[tc.scenario]))
@@ -191,6 +191,8 @@ func TestDeployment(t *testing.T) {
 		"engine-capacity":                      "true",
 		"drain-delay":                          "5s",
 		"shutdown-timeout":                     "30s",
+		"max-concurrent-streams":               "40000",
+		"first-message-timeout":                "10s",
 		"log-level":                            "info",
 	}
 	for name, v := range want {

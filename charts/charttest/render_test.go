@@ -16,6 +16,7 @@ import (
 	istioclient "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
@@ -86,6 +87,7 @@ type rendered struct {
 	roles           []*rbacv1.Role
 	roleBindings    []*rbacv1.RoleBinding
 	serviceMonitors []*monitoringv1.ServiceMonitor
+	networkPolicies []*networkingv1.NetworkPolicy
 	envoyFilters    []*istioclient.EnvoyFilter
 	gateway         envoy.GatewayPolicies
 	kinds           []string
@@ -155,6 +157,8 @@ func (r *rendered) decode(doc []byte) error {
 		return strict(doc, &r.roles)
 	case "rbac.authorization.k8s.io/v1 RoleBinding":
 		return strict(doc, &r.roleBindings)
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return strict(doc, &r.networkPolicies)
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return strict(doc, &r.serviceMonitors)
 	case "networking.istio.io/v1alpha3 EnvoyFilter":

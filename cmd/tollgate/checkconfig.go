@@ -19,7 +19,10 @@ func runCheckConfig(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	problems := checkConfig(&o)
+	problems, warnings := checkConfig(&o)
+	for _, w := range warnings {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
 	if len(problems) == 0 {
 		fmt.Fprintln(stdout, "configuration ok")
 		return nil
@@ -30,13 +33,15 @@ func runCheckConfig(args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("%d problem(s) found", len(problems))
 }
 
-// checkConfig returns every problem with o, one message each.
-func checkConfig(o *options) []string {
+// checkConfig returns every problem with o, one message each, and the
+// warnings of a valid configuration.
+func checkConfig(o *options) (problems, warnings []string) {
 	st, err := o.build(slog.New(slog.DiscardHandler))
 	if err == nil {
+		warnings = st.warnings
 		_, err = extproc.New(st.cfg, st.workers)
 	}
-	return splitJoined(err)
+	return splitJoined(err), warnings
 }
 
 // splitJoined flattens an errors.Join tree into one line per leaf error.

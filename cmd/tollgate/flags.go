@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -60,6 +61,9 @@ type options struct {
 
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
+
+	maxConcurrentStreams int
+	firstMessageTimeout  time.Duration
 
 	discovery discoveryOptions
 	engine    engineOptions
@@ -119,7 +123,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.priorityConfig, "priority-scheduler-config", "", "SMG priority scheduler YAML (classes, tenant_policies)")
 	fs.StringVar(&o.defaultMaxClass, "priority-scheduler-default-max-class", "default", "priority ceiling of tenants not in tenant_policies")
 	fs.IntVar(&o.tenantMetricTopN, "priority-scheduler-tenant-metric-top-n", extproc.DefaultTenantMetricTopN, "distinct tenant label values in metrics; the rest are \"other\"")
-	fs.IntVar(&o.maxConcurrent, "max-concurrent-requests", -1, "SMG capacity while no worker is known (negative: 1024)")
+	fs.IntVar(&o.maxConcurrent, "max-concurrent-requests", -1, "SMG capacity while no worker is known, 1 to 65535 (negative: 1024)")
 	fs.Var(&o.tenantAPIKeys, "tenant-api-key", "tenant API key as ID:KEY (repeatable); requests then need a matching bearer token")
 	fs.StringVar(&o.tenantAPIKeysFile, "tenant-api-keys-file", "", "file of tenant API keys, one ID:KEY per line")
 	fs.StringVar(&o.apiKey, "api-key", "", "shared API key; its tenant is auth:<sha256 hex>")
@@ -138,7 +142,9 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.grpcClientCA, "grpc-client-ca", "", "PEM CA that client certificates must chain to (mTLS)")
 
 	fs.DurationVar(&o.drainDelay, "drain-delay", extproc.DefaultDrainDelay, "on SIGTERM, time between failing readiness and shedding the queue")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", extproc.DefaultShutdownTimeout, "on SIGTERM, time in-flight streams get to finish")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", extproc.DefaultShutdownTimeout, "on SIGTERM, time in-flight streams get to finish; the process exits within --drain-delay + --shutdown-timeout")
+	fs.IntVar(&o.maxConcurrentStreams, "max-concurrent-streams", extproc.DefaultMaxConcurrentStreams, "most open ext_proc streams (one per request, held ones included); more end with RESOURCE_EXHAUSTED")
+	fs.DurationVar(&o.firstMessageTimeout, "first-message-timeout", extproc.DefaultFirstMessageTimeout, "how long an ext_proc stream may stay open without sending its first message")
 	registerDiscoveryFlags(fs, &o.discovery)
 	registerEngineFlags(fs, &o.engine)
 	return fs
@@ -148,6 +154,9 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 type setup struct {
 	cfg     extproc.Config
 	workers []extproc.Worker
+	// warnings are valid but likely unintended settings; check-config
+	// prints them and serve logs them.
+	warnings []string
 }
 
 // build loads every file the options name and builds the server
@@ -169,6 +178,8 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 		ForwardedForTrustedHops: o.forwardedForHops,
 		DrainDelay:              o.drainDelay,
 		ShutdownTimeout:         o.shutdownTimeout,
+		MaxConcurrentStreams:    o.maxConcurrentStreams,
+		FirstMessageTimeout:     o.firstMessageTimeout,
 		GRPC:                    extproc.GRPCConfig{TLSCert: o.grpcTLSCert, TLSKey: o.grpcTLSKey, ClientCA: o.grpcClientCA},
 	}
 	if o.envoyMaxMessageTimeout == 0 {
@@ -176,6 +187,24 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	}
 	if o.drainDelay == 0 {
 		cfg.DrainDelay = -1
+	}
+	if o.drainDelay < 0 {
+		add(fmt.Errorf("--drain-delay must not be negative, got %v (0 drains without delay)", o.drainDelay))
+	}
+	if o.maxConcurrentStreams <= 0 {
+		add(fmt.Errorf("--max-concurrent-streams must be positive, got %d", o.maxConcurrentStreams))
+	}
+	if o.firstMessageTimeout <= 0 {
+		add(fmt.Errorf("--first-message-timeout must be positive, got %v", o.firstMessageTimeout))
+	}
+	if o.shutdownTimeout == 0 {
+		add(errors.New("--shutdown-timeout must be positive, got 0s"))
+	}
+	if o.envoyMessageTimeout <= 0 {
+		add(fmt.Errorf("--envoy-message-timeout must be positive, got %v (Envoy's message_timeout, 1s when unset there)", o.envoyMessageTimeout))
+	}
+	if o.maxConcurrent == 0 || o.maxConcurrent > 65535 {
+		add(fmt.Errorf("--max-concurrent-requests must be between 1 and 65535 (negative: 1024), got %d", o.maxConcurrent))
 	}
 	if o.maxBodyBytes <= 0 {
 		add(fmt.Errorf("--max-body-bytes must be positive, got %d", o.maxBodyBytes))
@@ -192,6 +221,8 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	if _, err := parseLevel(o.logLevel); err != nil {
 		add(err)
 	}
+	add(checkListenAddr("--grpc-addr", o.grpcAddr))
+	add(checkListenAddr("--metrics-addr", o.metricsAddr))
 	ip, err := extproc.ParseClientIPSource(o.clientIPSource)
 	add(err)
 	cfg.ClientIP = ip
@@ -235,10 +266,38 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	}
 	add(o.discovery.validate(o))
 	add(cfg.Validate())
+	if len(errs) == 0 && cfg.GRPC.TLSCert != "" {
+		_, err := extproc.ServerOptions(cfg) // loads the certificate, key and client CA
+		add(err)
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &setup{cfg: cfg, workers: workers}, nil
+	st := &setup{cfg: cfg, workers: workers}
+	if o.discovery.mode == discoveryStatic && len(workers) == 0 {
+		if o.workersFile == "" {
+			st.warnings = append(st.warnings, "no workers: --discovery=static without --workers serves no worker; every inference request is answered 503")
+		} else {
+			st.warnings = append(st.warnings, "no workers: "+o.workersFile+" lists none; every inference request is answered 503 until it does")
+		}
+	}
+	return st, nil
+}
+
+// checkListenAddr reports a listen address that is not host:port with a
+// numeric port, before serve fails to listen on it.
+func checkListenAddr(flag, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", flag, addr, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || (n == 0 && port != "0") {
+		return fmt.Errorf("%s %q: port %q is not a number in [0, 65535]", flag, addr, port)
+	}
+	if strings.ContainsAny(host, " /") {
+		return fmt.Errorf("%s %q: host %q is not an IP address or a name", flag, addr, host)
+	}
+	return nil
 }
 
 // schedConfig resolves the scheduling-core flags other than the policy and
@@ -256,7 +315,7 @@ func (o *options) schedConfig() (sched.Config, error) {
 	if o.routerTemperature < 0 || o.prefillLoadScale < 0 || o.overlapCredit < 0 {
 		errs = append(errs, errors.New("--router-temperature, --router-prefill-load-scale and --router-kv-overlap-score-credit must be >= 0"))
 	}
-	if o.maxConcurrent >= 0 && o.maxConcurrent <= 65535 {
+	if o.maxConcurrent > 0 && o.maxConcurrent <= 65535 { // build rejects 0 and larger values
 		sc.FallbackCapacity = uint32(o.maxConcurrent)
 	}
 	seed := o.seed

@@ -37,6 +37,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, w := range st.warnings {
+		log.Warn(w)
+	}
 	return serve(ctx, &o, st, log, nil)
 }
 
@@ -114,14 +117,18 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 	case serveErr = <-errc:
 	}
 	log.Info("shutting down")
-	drainCtx, cancel := context.WithTimeout(context.Background(), st.cfg.DrainDelay+st.cfg.ShutdownTimeout+5*time.Second)
+	// Everything below fits in --drain-delay + --shutdown-timeout, which the
+	// chart's termination grace period is sized from: Drain waits for the
+	// streams until then, and the listeners get what is left.
+	deadline := time.Now().Add(max(st.cfg.DrainDelay, 0) + st.cfg.ShutdownTimeout)
+	drainCtx, cancel := context.WithDeadline(context.Background(), deadline)
 	if err := srv.Drain(drainCtx); err != nil {
 		log.Warn("drain incomplete", "error", err)
 	}
-	cancel()
-	stopGRPC(gs, 5*time.Second)
-	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = hs.Shutdown(shutCtx)
+	stopGRPC(gs, time.Until(deadline))
+	if err := hs.Shutdown(drainCtx); err != nil {
+		_ = hs.Close()
+	}
 	cancel()
 	stopRun()
 	srv.Wait()
@@ -129,8 +136,13 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 	return serveErr
 }
 
-// stopGRPC stops gs gracefully, forcing it after timeout.
+// stopGRPC stops gs gracefully, forcing it after timeout (at once when
+// timeout is not positive).
 func stopGRPC(gs *grpc.Server, timeout time.Duration) {
+	if timeout <= 0 {
+		gs.Stop()
+		return
+	}
 	done := make(chan struct{})
 	go func() { gs.GracefulStop(); close(done) }()
 	t := time.NewTimer(timeout)

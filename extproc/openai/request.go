@@ -2,16 +2,22 @@ package openai
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
 )
 
+// MaxModelNameBytes bounds a request's model name. Model names become
+// queue keys, metric labels and parts of error bodies, so a longer one is
+// answered 400 rather than carried.
+const MaxModelNameBytes = 256
+
 // Request is what admission needs from one inference request body.
 type Request struct {
 	Kind Kind
-	// Model is the requested model; empty only for KindGenerate, where it
-	// is optional.
+	// Model is the requested model, at most MaxModelNameBytes long; empty
+	// only for KindGenerate, where it is optional.
 	Model string
 	// Stream is the request's stream flag.
 	Stream bool
@@ -139,6 +145,9 @@ func parse(kind Kind, data []byte) (*Request, *Error) {
 	var err *Error
 	if r.Model, err = optString(b.Model, "model"); err != nil {
 		return nil, err
+	}
+	if len(r.Model) > MaxModelNameBytes {
+		return nil, invalid("model", fmt.Sprintf("at most %d bytes long (got %d)", MaxModelNameBytes, len(r.Model)))
 	}
 	if r.Model == "" && kind != KindGenerate {
 		if given(b.Model) {

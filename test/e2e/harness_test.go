@@ -81,6 +81,9 @@ type options struct {
 	// deadWorker gives tollgate a worker address nothing listens on, so
 	// every routed request meets Envoy's connect-failure 503.
 	deadWorker bool
+	// anyModel lists the workers without a model, so that tollgate routes
+	// every name to them (the default of Kubernetes discovery).
+	anyModel bool
 }
 
 // stack is tollgate between a simulated Envoy and mock workers.
@@ -125,7 +128,11 @@ func newStack(t *testing.T, o options) *stack {
 		if o.deadWorker {
 			addr = deadAddress(t)
 		}
-		st.list = append(st.list, extproc.Worker{ID: wc.ID, Address: addr, MaxRunningRequests: o.maxRunning, Model: model})
+		listed := extproc.Worker{ID: wc.ID, Address: addr, MaxRunningRequests: o.maxRunning, Model: model}
+		if o.anyModel {
+			listed.Model = ""
+		}
+		st.list = append(st.list, listed)
 	}
 	cfg := extproc.Config{
 		EnvoyMessageTimeout:    o.messageTimeout,

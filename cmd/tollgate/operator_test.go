@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// TestCheckConfig_MisleadingValuesAreRejected: each of these used to be
+// accepted and quietly replaced by something else (or accepted by
+// check-config and then rejected by serve).
+func TestCheckConfig_MisleadingValuesAreRejected(t *testing.T) {
+	workers := writeFile(t, "workers.yaml", "workers:\n  - id: w1\n    address: 127.0.0.1:18001\n")
+	empty := writeFile(t, "empty.pem", "")
+	zeroSlots := writeFile(t, "zero.yaml", "workers:\n  - id: w1\n    address: 127.0.0.1:18001\n    max_running_requests: 0\n")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"zero max-concurrent-requests", []string{"--max-concurrent-requests", "0"}, "--max-concurrent-requests must be between 1 and 65535 (negative: 1024), got 0"},
+		{"huge max-concurrent-requests", []string{"--max-concurrent-requests", "100000"}, "got 100000"},
+		{"negative drain delay", []string{"--drain-delay", "-5s"}, "--drain-delay must not be negative, got -5s"},
+		{"negative shutdown timeout", []string{"--shutdown-timeout", "-5s"}, "shutdown timeout -5s is negative"},
+		{"zero envoy message timeout", []string{"--envoy-message-timeout", "0s"}, "--envoy-message-timeout must be positive, got 0s"},
+		{"bad grpc address", []string{"--grpc-addr", "9002"}, `--grpc-addr "9002"`},
+		{"bad grpc port", []string{"--grpc-addr", ":http-alt"}, `port "http-alt" is not a number`},
+		{"bad metrics address", []string{"--metrics-addr", "localhost:99999"}, `--metrics-addr "localhost:99999"`},
+		{"empty tls files", []string{"--grpc-tls-cert", empty, "--grpc-tls-key", empty}, "grpc tls"},
+		{"explicit zero slots", []string{"--workers", zeroSlots}, "max_running_requests: 0 is not a valid value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"check-config"}, tt.args...)
+			if !strings.Contains(strings.Join(tt.args, " "), "--workers") {
+				args = append(args, "--workers", workers)
+			}
+			code, out, _ := runArgs(t, args...)
+			if code != 1 || !strings.Contains(out, tt.want) {
+				t.Fatalf("code %d, want 1 and a problem naming %q; output:\n%s", code, tt.want, out)
+			}
+		})
+	}
+}
+
+func TestCheckConfig_WarnsOnZeroWorkers(t *testing.T) {
+	none := writeFile(t, "none.yaml", "workers: []\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--discovery=static without --workers serves no worker"},
+		{[]string{"--workers", none}, "lists none"},
+	} {
+		code, out, _ := runArgs(t, append([]string{"check-config"}, tc.args...)...)
+		if code != 0 || !strings.Contains(out, "warning: no workers: ") || !strings.Contains(out, tc.want) || !strings.Contains(out, "configuration ok") {
+			t.Errorf("%v: code %d, output %q", tc.args, code, out)
+		}
+	}
+}
+
+// TestServe_ShutdownIsBoundedByTheFlags: exit used to take --drain-delay +
+// --shutdown-timeout + a hard-coded 5 s (more than the chart's grace period
+// allows) when a stream stayed open. It now fits in the two flags; the
+// check leaves 3 s of slack for a loaded machine, well under the old 5 s.
+func TestServe_ShutdownIsBoundedByTheFlags(t *testing.T) {
+	workers := writeFile(t, "workers.yaml", twoWorkers)
+	o := options{}
+	fs := newFlagSet("serve", &o)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--workers", workers,
+		"--drain-delay", "0", "--shutdown-timeout", "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	log := discardLogger()
+	st, err := o.build(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	addrs := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, &o, st, log, func(grpcAddr, _ string) { addrs <- grpcAddr }) }()
+	var addr string
+	select {
+	case addr = <-addrs:
+	case err := <-done:
+		t.Fatalf("serve returned early: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not come up")
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A routed request whose response never comes keeps its stream open.
+	hm := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":method", RawValue: []byte("GET")}, {Key: ":path", RawValue: []byte("/v1/models")}}}
+	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: hm, EndOfStream: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Fatalf("shutdown took %v with --drain-delay 0 --shutdown-timeout 1s", took)
+	}
+}
