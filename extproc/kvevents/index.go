@@ -146,6 +146,13 @@ func (ix *Index) Size() (pairs, blocks int) {
 	return ix.exact.Len(), ix.exact.Hashes()
 }
 
+// StreamLen returns the blocks one stream holds.
+func (ix *Index) StreamLen(worker string, rank uint32) int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.exact.StreamLen(worker, rank)
+}
+
 // Synced reports whether the index speaks for worker.
 func (ix *Index) Synced(worker string) bool {
 	ix.mu.Lock()

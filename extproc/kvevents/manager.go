@@ -80,9 +80,10 @@ type Manager struct {
 	m   *metrics
 	log *slog.Logger
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx      context.Context
+	cancel   context.CancelFunc
+	bindAddr string
+	wg       sync.WaitGroup
 
 	mu   sync.Mutex
 	subs map[string]*subscription // by worker
@@ -136,10 +137,15 @@ func New(cfg Config) (*Manager, error) {
 			_ = sub.Close()
 			return nil, fmt.Errorf("kvevents: subscribe: %w", err)
 		}
+		m.bindAddr = "tcp://" + sub.Addr().String()
 		m.wg.Go(func() { m.runBound(sub) })
 	}
 	return m, nil
 }
+
+// BindEndpoint returns the bound endpoint of bind mode (with the port
+// chosen when Config.Bind asked for port 0), or "".
+func (m *Manager) BindEndpoint() string { return m.bindAddr }
 
 // Index returns the index the Manager feeds.
 func (m *Manager) Index() *Index { return m.idx }

@@ -46,10 +46,7 @@ func (t *tracker) check(seq uint64) verdict {
 // applied moves the tracker past seq.
 func (t *tracker) applied(seq uint64) {
 	if !t.started || seq > t.last {
-		t.last = seq
-	}
-	if !t.started {
-		t.floor = seq
+		t.last, t.floor = seq, seq
 	}
 	t.started = true
 }

@@ -76,6 +76,9 @@ type Config struct {
 	Hold func(ctx context.Context, req RequestInfo) error
 	// Logger receives the worker's logs. Default: logs are discarded.
 	Logger *slog.Logger
+	// KVEvents, when set, publishes the prefix cache's changes as vLLM KV
+	// events. Optional.
+	KVEvents *KVEventsConfig
 }
 
 // Validate reports every invalid field, joined, or nil if cfg is usable.

@@ -1,0 +1,166 @@
+package kvevents_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/extproc/kvevents"
+	"github.com/tollgate/tollgate/sched/prefix"
+	"github.com/tollgate/tollgate/test/mockworker"
+)
+
+const blockSize = 16
+
+// prompt returns n token ids starting at start.
+func prompt(n, start int) []int {
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = start + i
+	}
+	return ids
+}
+
+func hashes(ids []int) []uint64 {
+	u := make([]uint32, len(ids))
+	for i, id := range ids {
+		u[i] = uint32(id)
+	}
+	return prefix.HashTokens(mockworker.DefaultModel, u, blockSize, nil)
+}
+
+// complete sends a token-id prompt to the worker and waits for the answer.
+func complete(t *testing.T, w *mockworker.Worker, ids []int) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": mockworker.DefaultModel, "prompt": ids, "max_tokens": 1})
+	resp, err := http.Post(w.URL()+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("completion: %s", resp.Status)
+	}
+}
+
+// cachedOn looks ids up for worker.
+func cachedOn(m *kvevents.Manager, worker string, ids []int) (uint64, bool) {
+	for _, c := range m.Lookup(time.Now(), hashes(ids), blockSize, nil) {
+		if c.Worker == worker {
+			return c.Tokens, true
+		}
+	}
+	return 0, m.Index().Synced(worker)
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func startWorker(t *testing.T, enc kvevents.Encoding, cacheBlocks int) *mockworker.Worker {
+	return mockworker.Start(t, mockworker.Config{
+		ID: "w0", Speed: 1000, BlockSize: blockSize, CacheBlocks: cacheBlocks,
+		KVEvents: &mockworker.KVEventsConfig{
+			Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0",
+			Topic: "kv@w0@" + mockworker.DefaultModel, Encoding: enc,
+		},
+	})
+}
+
+func newManager(t *testing.T, bind string) *kvevents.Manager {
+	// A bound socket may miss an engine's first batch (the subscription
+	// races it) and has no replay: a short resync bound keeps the test fast.
+	m, err := kvevents.New(kvevents.Config{BlockSize: blockSize, ReconnectDelay: 20 * time.Millisecond, Bind: bind,
+		ResyncAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+// TestLoopbackDial runs the subscriber against mockworker's publisher over
+// loopback ZMQ: stores, evictions, a gap recovered by replay and a restart.
+func TestLoopbackDial(t *testing.T) {
+	for _, enc := range []kvevents.Encoding{{Shape: kvevents.ShapeArray}, {Shape: kvevents.ShapeMap, ByteHashes: true}} {
+		t.Run(fmt.Sprintf("shape%d-bytes%v", enc.Shape, enc.ByteHashes), func(t *testing.T) {
+			w := startWorker(t, enc, 64)
+			pub, replay := w.KVEventEndpoints()
+			m := newManager(t, "")
+			m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Model: mockworker.DefaultModel, Endpoint: pub, Replay: replay}})
+
+			// The first batch (sequence 0) syncs the worker.
+			a := prompt(8*blockSize, 1)
+			probe := 0
+			waitFor(t, "the subscriber to connect", func() bool {
+				probe++
+				complete(t, w, prompt(blockSize+1, 100000+probe*blockSize))
+				return m.Index().Synced("w0")
+			})
+			complete(t, w, a)
+			waitFor(t, "prompt a indexed", func() bool { n, _ := cachedOn(m, "w0", a); return n == 8*blockSize })
+
+			// A lost batch is recovered by replay.
+			w.DropKVBatches(1)
+			b := append(prompt(4*blockSize, 1), prompt(4*blockSize, 5000)...) // shares 4 blocks with a
+			c := prompt(3*blockSize, 9000)
+			complete(t, w, b)
+			complete(t, w, c) // its batch reveals the gap
+			waitFor(t, "the lost batch replayed", func() bool { n, _ := cachedOn(m, "w0", b); return n == 8*blockSize })
+			if n, _ := cachedOn(m, "w0", c); n != 3*blockSize {
+				t.Errorf("c: %d cached tokens, want %d", n, 3*blockSize)
+			}
+
+			// Evictions: the cache holds 64 blocks; 60 new ones evict a.
+			for i := range 6 {
+				complete(t, w, prompt(10*blockSize, 20000+i*1000))
+			}
+			waitFor(t, "a evicted", func() bool { n, _ := cachedOn(m, "w0", a); return n < 8*blockSize })
+			if got, want := m.Index().StreamLen("w0", 0), w.Stats().CachedBlocks; got != want {
+				t.Errorf("index holds %d blocks of w0, the engine %d", got, want)
+			}
+
+			// A restart clears the worker.
+			w.RestartEngine()
+			waitFor(t, "the restart seen", func() bool { n, synced := cachedOn(m, "w0", c); return n == 0 && synced })
+			if got := m.Index().StreamLen("w0", 0); got != 0 {
+				t.Errorf("after restart the index holds %d blocks of w0", got)
+			}
+		})
+	}
+}
+
+// TestLoopbackBind runs bind mode: the engine connects to tollgate's SUB
+// socket and names itself in the topic kv@<worker>@<model>.
+func TestLoopbackBind(t *testing.T) {
+	m := newManager(t, "tcp://127.0.0.1:0")
+	m.SetWorkers([]kvevents.Endpoint{{Worker: "w0"}})
+	w := mockworker.Start(t, mockworker.Config{
+		ID: "w0", Speed: 1000, BlockSize: blockSize,
+		KVEvents: &mockworker.KVEventsConfig{
+			Endpoint: m.BindEndpoint(), Connect: true,
+			Topic: "kv@w0@" + mockworker.DefaultModel, Encoding: kvevents.Encoding{Shape: kvevents.ShapeMap},
+		},
+	})
+	a := prompt(5*blockSize, 1)
+	probe := 0
+	waitFor(t, "the engine to connect", func() bool {
+		probe++
+		complete(t, w, prompt(blockSize+1, 100000+probe*blockSize))
+		return m.Index().Synced("w0")
+	})
+	complete(t, w, a)
+	// The topic's model seeds the hashes: the worker entry names none.
+	waitFor(t, "prompt a indexed", func() bool { n, _ := cachedOn(m, "w0", a); return n == 5*blockSize })
+}
