@@ -84,6 +84,9 @@ func New(cfg Config, workers []Worker) (*Server, error) {
 func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), workerIDs: make(map[string]struct{})}
 	s.metrics = newMetrics(cfg.TenantMetricTopN, s.stats)
+	if cfg.KVEvents != nil {
+		s.metrics.reg.MustRegister(cfg.KVEvents.Collectors()...)
+	}
 	tok := cfg.Tokenizer
 	if tok == nil {
 		var err error
@@ -175,6 +178,9 @@ func (s *Server) noteWorkers(set *workerSet) {
 	}
 	for id := range set.byID {
 		s.workerIDs[id] = struct{}{}
+	}
+	if s.cfg.KVEvents != nil {
+		s.cfg.KVEvents.SetWorkers(set.kv)
 	}
 	s.ready.Store(len(set.byID) > 0)
 	s.updateHealth()

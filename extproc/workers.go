@@ -10,6 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/tollgate/tollgate/extproc/kvevents"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -36,6 +37,12 @@ type Worker struct {
 	Taints []string `json:"taints,omitempty"`
 	// Model is the served model name; empty serves every model.
 	Model string `json:"model,omitempty"`
+	// KVEventsEndpoint is the engine's KV-event PUB endpoint,
+	// tcp://IP:PORT, of its first DP rank (rank i publishes on PORT+i).
+	KVEventsEndpoint string `json:"kv_events_endpoint,omitempty"`
+	// KVEventsReplayEndpoint is the engine's replay ROUTER endpoint,
+	// offset by rank the same way.
+	KVEventsReplayEndpoint string `json:"kv_events_replay_endpoint,omitempty"`
 }
 
 // workersFile is the schema of the workers file.
@@ -110,8 +117,29 @@ func ValidateWorkers(ws []Worker) error {
 		if slices.Contains(w.Taints, "") {
 			bad("taints contain an empty value")
 		}
+		if err := checkKVEndpoints(w); err != nil {
+			bad("%v", err)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkKVEndpoints validates a worker's KV-event endpoints.
+func checkKVEndpoints(w Worker) error {
+	if w.KVEventsEndpoint != "" {
+		if err := kvevents.CheckEndpoint(w.KVEventsEndpoint); err != nil {
+			return fmt.Errorf("kv_events_endpoint: %w", err)
+		}
+	}
+	if w.KVEventsReplayEndpoint != "" {
+		if w.KVEventsEndpoint == "" {
+			return errors.New("kv_events_replay_endpoint without kv_events_endpoint")
+		}
+		if err := kvevents.CheckEndpoint(w.KVEventsReplayEndpoint); err != nil {
+			return fmt.Errorf("kv_events_replay_endpoint: %w", err)
+		}
+	}
+	return nil
 }
 
 // parseAddress accepts a literal IP:port with a non-zero port.
@@ -146,6 +174,8 @@ type target struct {
 // and how to reach each worker.
 type workerSet struct {
 	sched []sched.Worker
+	// kv is every worker's KV-event configuration.
+	kv []kvevents.Endpoint
 	// byID maps an id to its address and rank count.
 	byID map[string]workerAddr
 }
@@ -160,7 +190,8 @@ func newWorkerSet(ws []Worker) (*workerSet, error) {
 	if err := ValidateWorkers(ws); err != nil {
 		return nil, err
 	}
-	s := &workerSet{sched: make([]sched.Worker, len(ws)), byID: make(map[string]workerAddr, len(ws))}
+	s := &workerSet{sched: make([]sched.Worker, len(ws)), byID: make(map[string]workerAddr, len(ws)),
+		kv: make([]kvevents.Endpoint, len(ws))}
 	for i, w := range ws {
 		ap, _ := parseAddress(w.Address) // validated above
 		s.sched[i] = sched.Worker{
@@ -173,6 +204,8 @@ func newWorkerSet(ws []Worker) (*workerSet, error) {
 			MaxBatchedTokens:   w.MaxNumBatchedTokens,
 		}
 		s.byID[w.ID] = workerAddr{address: ap.String(), ranks: max(w.DPSize, 1)}
+		s.kv[i] = kvevents.Endpoint{Worker: w.ID, Model: w.Model, Address: ap.Addr().String(),
+			Endpoint: w.KVEventsEndpoint, Replay: w.KVEventsReplayEndpoint, DPStart: w.DPStartRank, DPSize: w.DPSize}
 	}
 	return s, nil
 }

@@ -62,6 +62,7 @@ type options struct {
 	shutdownTimeout time.Duration
 
 	discovery discoveryOptions
+	kvEvents  kvEventsOptions
 }
 
 // stringList is a repeatable string flag.
@@ -139,6 +140,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	fs.DurationVar(&o.drainDelay, "drain-delay", extproc.DefaultDrainDelay, "on SIGTERM, time between failing readiness and shedding the queue")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", extproc.DefaultShutdownTimeout, "on SIGTERM, time in-flight streams get to finish")
 	registerDiscoveryFlags(fs, &o.discovery)
+	registerKVEventsFlags(fs, &o.kvEvents)
 	return fs
 }
 
@@ -228,6 +230,7 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 		add(err)
 	}
 	add(o.discovery.validate(o))
+	add(o.kvEvents.validate())
 	add(cfg.Validate())
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

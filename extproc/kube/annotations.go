@@ -3,6 +3,7 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/kvevents"
 )
 
 // Pod annotations that describe a worker. A pod without one gets the
@@ -36,6 +38,12 @@ const (
 	// AnnotationModel is the served model name; an empty value serves every
 	// model, overriding Defaults.Model.
 	AnnotationModel = "tollgate.io/model"
+	// AnnotationKVEventsEndpoint is the engine's KV-event PUB endpoint: a
+	// port of the pod's IP, or tcp://IP:PORT.
+	AnnotationKVEventsEndpoint = "tollgate.io/kv-events-endpoint"
+	// AnnotationKVEventsReplayEndpoint is the engine's replay endpoint,
+	// written the same way.
+	AnnotationKVEventsReplayEndpoint = "tollgate.io/kv-events-replay-endpoint"
 
 	// annotationPrefix is the prefix every annotation above shares.
 	annotationPrefix = "tollgate.io/"
@@ -53,6 +61,7 @@ const maxWorkerIDLen = 253
 var knownAnnotations = []string{
 	AnnotationWorkerID, AnnotationMaxRunningRequests, AnnotationMaxNumBatchedTokens,
 	AnnotationDPSize, AnnotationDPStartRank, AnnotationTaints, AnnotationModel,
+	AnnotationKVEventsEndpoint, AnnotationKVEventsReplayEndpoint,
 }
 
 // Defaults is what a worker gets for each annotation its pod lacks. Zero
@@ -149,10 +158,37 @@ func podWorker(pod *corev1.Pod, d Defaults) (extproc.Worker, error) {
 		}
 		w.Model = v
 	}
+	for _, a := range []struct {
+		key string
+		dst *string
+	}{{AnnotationKVEventsEndpoint, &w.KVEventsEndpoint}, {AnnotationKVEventsReplayEndpoint, &w.KVEventsReplayEndpoint}} {
+		if v, ok := ann[a.key]; ok {
+			ep, err := kvEndpoint(v, pod.Status.PodIP)
+			if err != nil {
+				bad(a.key, "%v", err)
+			}
+			*a.dst = ep
+		}
+	}
 	if len(errs) > 0 {
 		return extproc.Worker{}, errors.Join(errs...)
 	}
 	return w, nil
+}
+
+// kvEndpoint resolves a KV-event endpoint annotation: a bare port means
+// that port of the pod's IP.
+func kvEndpoint(v, podIP string) (string, error) {
+	if port, err := strconv.ParseUint(v, 10, 16); err == nil {
+		if podIP == "" || port == 0 {
+			return "", errors.New("a port needs the pod's IP and must not be 0")
+		}
+		return "tcp://" + net.JoinHostPort(podIP, v), nil
+	}
+	if err := kvevents.CheckEndpoint(v); err != nil {
+		return "", err
+	}
+	return v, nil
 }
 
 // unknownAnnotations returns the tollgate.io/ annotation keys of pod that

@@ -50,6 +50,10 @@ type Config struct {
 	// Bind, when set, is the endpoint of one SUB socket engines connect to,
 	// naming themselves in the topic (kv@<worker>@<model>).
 	Bind string
+	// DefaultPort and DefaultReplayPort, when set, are dialled on the
+	// address of every worker that names no endpoint of its own
+	// (InferencePool discovery).
+	DefaultPort, DefaultReplayPort int
 	// Now is the clock; nil means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -61,6 +65,9 @@ type Endpoint struct {
 	// Model seeds block hashes when an event names no LoRA; when empty the
 	// topic's model (kv@<pod>@<model>) is used.
 	Model string
+	// Address is the worker's IP, dialled on Config.DefaultPort when
+	// Endpoint is empty.
+	Address string
 	// Endpoint is the engine's PUB endpoint (tcp://IP:PORT) of its first
 	// DP rank; rank i publishes on the port plus i. Empty in bind mode.
 	Endpoint string
@@ -166,6 +173,12 @@ func (m *Manager) SetWorkers(eps []Endpoint) {
 	defer m.mu.Unlock()
 	want := make(map[string]Endpoint, len(eps))
 	for _, ep := range eps {
+		if ep.Endpoint == "" && ep.Address != "" && m.cfg.DefaultPort > 0 && m.cfg.Bind == "" {
+			ep.Endpoint = "tcp://" + net.JoinHostPort(ep.Address, strconv.Itoa(m.cfg.DefaultPort))
+			if m.cfg.DefaultReplayPort > 0 {
+				ep.Replay = "tcp://" + net.JoinHostPort(ep.Address, strconv.Itoa(m.cfg.DefaultReplayPort))
+			}
+		}
 		want[ep.Worker] = ep
 	}
 	m.bound = want
