@@ -16,13 +16,18 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/kvevents"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 	"github.com/tollgate/tollgate/test/envoysim"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// go-zeromq/zmq4's PUB socket never stops its writer goroutine on
+	// Close (v0.17.0); only the mock engines publish.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
+}
 
 const model = "llama"
 
@@ -71,6 +76,9 @@ type options struct {
 	hold func(mockworker.RequestInfo) bool
 	// config adjusts tollgate's configuration.
 	config func(*extproc.Config)
+	// kvEvents makes every worker publish KV events (with a replay
+	// socket) and tollgate subscribe to them.
+	kvEvents bool
 }
 
 // stack is tollgate between a simulated Envoy and mock workers.
@@ -81,6 +89,7 @@ type stack struct {
 	workers []*mockworker.Worker
 	gate    *mockworker.Gate
 	list    []extproc.Worker
+	kv      *kvevents.Manager
 }
 
 func newStack(t *testing.T, o options) *stack {
@@ -109,9 +118,15 @@ func newStack(t *testing.T, o options) *stack {
 				return nil
 			}
 		}
+		if o.kvEvents {
+			wc.CacheBlocks = kvCacheBlocks
+			wc.KVEvents = &mockworker.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
+		}
 		w := mockworker.Start(t, wc)
 		st.workers = append(st.workers, w)
-		st.list = append(st.list, extproc.Worker{ID: wc.ID, Address: w.Addr(), MaxRunningRequests: o.maxRunning, Model: model})
+		ew := extproc.Worker{ID: wc.ID, Address: w.Addr(), MaxRunningRequests: o.maxRunning, Model: model}
+		ew.KVEventsEndpoint, ew.KVEventsReplayEndpoint = w.KVEventEndpoints()
+		st.list = append(st.list, ew)
 	}
 	cfg := extproc.Config{
 		EnvoyMessageTimeout:    o.messageTimeout,
@@ -119,6 +134,17 @@ func newStack(t *testing.T, o options) *stack {
 		EnvoyTimeoutMargin:     min(100*time.Millisecond, o.messageTimeout/4),
 		DrainDelay:             -1,
 		ShutdownTimeout:        10 * time.Second,
+	}
+	if o.kvEvents {
+		// A short speculative TTL: the tests check what the engines report,
+		// not what tollgate routed a moment ago.
+		kv, err := kvevents.New(kvevents.Config{BlockSize: sched.DefaultBlockSize, SpeculativeTTL: time.Millisecond,
+			ReconnectDelay: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(kv.Close)
+		st.kv, cfg.KVEvents = kv, kv
 	}
 	if o.config != nil {
 		o.config(&cfg)

@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/prefix"
+	"github.com/tollgate/tollgate/test/mockworker"
+)
+
+// kvCacheBlocks is the mock engines' cache size with KV events: small, so
+// that a test can make an engine evict.
+const kvCacheBlocks = 48
+
+const bs = sched.DefaultBlockSize
+
+// ids returns n token ids from start.
+func ids(n, start int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = start + i
+	}
+	return out
+}
+
+func cat(parts ...[]int) []int {
+	var out []int
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// tokenCompletion is a completion request whose prompt is token ids.
+func tokenCompletion(prompt []int) []byte {
+	body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt, "max_tokens": 1})
+	return body
+}
+
+// direct sends a prompt straight to a worker, behind tollgate's back: only
+// the worker's KV events can tell tollgate about it.
+func direct(t *testing.T, w *mockworker.Worker, prompt []int) {
+	t.Helper()
+	resp, err := http.Post(w.URL()+"/v1/completions", "application/json", bytes.NewReader(tokenCompletion(prompt)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("direct completion: %s", resp.Status)
+	}
+}
+
+// eventsCached is what tollgate's exact index says worker holds of prompt.
+func (s *stack) eventsCached(worker string, prompt []int) uint64 {
+	u := make([]uint32, len(prompt))
+	for i, v := range prompt {
+		u[i] = uint32(v)
+	}
+	for _, c := range s.kv.Lookup(time.Now(), prefix.HashTokens(model, u, bs, nil), bs, nil) {
+		if c.Worker == worker {
+			return c.Tokens
+		}
+	}
+	return 0
+}
+
+func (s *stack) waitFor(what string, cond func() bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// syncAll waits until tollgate is in sync with every worker's stream.
+func (s *stack) syncAll() {
+	s.t.Helper()
+	for i, w := range s.workers {
+		probe := 0
+		s.waitFor("worker "+w.Config().ID+" in sync", func() bool {
+			probe++
+			direct(s.t, w, ids(bs+1, 1_000_000+i*100_000+probe*bs))
+			return s.kv.Index().Synced(w.Config().ID)
+		})
+	}
+}
+
+// metric reads one sample of tollgate's /metrics.
+func (s *stack) metric(series string) float64 {
+	rec := httptest.NewRecorder()
+	s.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	sc := bufio.NewScanner(rec.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
+}
+
+// route sends prompt through tollgate and returns the worker it reached
+// and the cached tokens the worker reported.
+func (s *stack) route(prompt []int) (worker string, cached int) {
+	s.t.Helper()
+	r := s.do(post("/v1/completions", tokenCompletion(prompt)))
+	expectStatus(s.t, r, http.StatusOK, "")
+	var v struct {
+		Usage struct {
+			Details struct {
+				Cached int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(r.Body, &v); err != nil {
+		s.t.Fatalf("body %q: %v", r.Body, err)
+	}
+	for _, w := range s.workers {
+		if w.Addr() == r.Endpoint {
+			return w.Config().ID, v.Usage.Details.Cached
+		}
+	}
+	s.t.Fatalf("routed to unknown endpoint %q", r.Endpoint)
+	return "", 0
+}
+
+const eventsSum = `tollgate_prefix_cached_tokens_sum{source="events"}`
+
+// TestKVEventsPriceAndRoute: a prefix a worker holds by its own events
+// (tollgate never routed it) prices the request and routes it there; after
+// the engine evicts it (BlockRemoved) or restarts it does not; a lost batch
+// is recovered by replay.
+func TestKVEventsPriceAndRoute(t *testing.T) {
+	s := newStack(t, options{workers: 3, kvEvents: true})
+	s.syncAll()
+	id := func(i int) string { return s.workers[i].Config().ID }
+
+	// w1 holds P (8 blocks), learnt only from its events.
+	p := ids(8*bs, 1)
+	direct(t, s.workers[1], p)
+	s.waitFor("P indexed on w1", func() bool { return s.eventsCached(id(1), p) == 8*bs })
+	before := s.metric(eventsSum)
+	w, cached := s.route(cat(p, ids(5, 500)))
+	if w != id(1) || cached != 8*bs {
+		t.Fatalf("P+5 went to %s with %d cached tokens, want %s with %d", w, cached, id(1), 8*bs)
+	}
+	if got := s.metric(eventsSum) - before; got != 8*bs {
+		t.Errorf("priced with %v cached tokens from events, want %d", got, 8*bs)
+	}
+
+	// w2 holds P too; w1 evicts it: BlockRemoved moves P's requests to w2.
+	direct(t, s.workers[2], p)
+	s.waitFor("P indexed on w2", func() bool { return s.eventsCached(id(2), p) == 8*bs })
+	for i := range 6 {
+		direct(t, s.workers[1], ids(8*bs+1, 10_000+i*1000))
+	}
+	s.waitFor("P evicted from w1", func() bool { return s.eventsCached(id(1), p) == 0 })
+	if w, cached = s.route(cat(p, ids(5, 600))); w != id(2) || cached != 8*bs {
+		t.Fatalf("after w1 evicted P: went to %s with %d cached, want %s with %d", w, cached, id(2), 8*bs)
+	}
+
+	// w2 restarts (its sequence goes back to 0); w0 gets P: P's requests
+	// move to w0.
+	s.workers[2].RestartEngine()
+	s.waitFor("w2 cleared", func() bool { return s.eventsCached(id(2), p) == 0 && s.kv.Index().Synced(id(2)) })
+	direct(t, s.workers[0], p)
+	s.waitFor("P indexed on w0", func() bool { return s.eventsCached(id(0), p) == 8*bs })
+	if w, cached = s.route(cat(p, ids(5, 700))); w != id(0) || cached != 8*bs {
+		t.Fatalf("after w2 restarted: went to %s with %d cached, want %s with %d", w, cached, id(0), 8*bs)
+	}
+	if got := s.metric(`tollgate_kv_events_restarts_total{worker="` + id(2) + `"}`); got != 1 {
+		t.Errorf("restarts of w2: %v, want 1", got)
+	}
+
+	// w1's batch holding Q is lost; the next batch reveals the gap and the
+	// replay socket fills it: Q's requests go to w1.
+	q := ids(6*bs, 50_000)
+	s.workers[1].DropKVBatches(1)
+	direct(t, s.workers[1], q)
+	direct(t, s.workers[1], ids(2*bs, 60_000))
+	s.waitFor("Q replayed on w1", func() bool { return s.eventsCached(id(1), q) == 6*bs })
+	if w, cached = s.route(cat(q, ids(5, 800))); w != id(1) || cached != 6*bs {
+		t.Fatalf("after the replay: went to %s with %d cached, want %s with %d", w, cached, id(1), 6*bs)
+	}
+	if got := s.metric(`tollgate_kv_events_replays_total{result="ok",worker="` + id(1) + `"}`); got < 1 {
+		t.Errorf("no successful replay of w1 counted")
+	}
+	if got := s.metric(`tollgate_kv_events_gaps_total{worker="` + id(1) + `"}`); got != 1 {
+		t.Errorf("gaps of w1: %v, want 1", got)
+	}
+}
