@@ -78,6 +78,7 @@ type Batch struct {
 // tagged by "type". A Decoder is not safe for concurrent use; reuse one per
 // subscriber so that its buffers are reused.
 type Decoder struct {
+	payload  []byte
 	r        bytes.Reader
 	dec      *msgpack.Decoder
 	buf      []byte
@@ -103,6 +104,7 @@ func (d *Decoder) Decode(payload []byte, b *Batch) error {
 	if len(payload) > MaxPayloadBytes {
 		return malformed("payload of %d bytes exceeds %d", len(payload), MaxPayloadBytes)
 	}
+	d.payload = payload
 	d.r.Reset(payload)
 	d.dec.Reset(&d.r)
 	b.TS, b.Rank, b.HasRank = 0, 0, false
@@ -340,12 +342,9 @@ func (d *Decoder) eventField(ev *Event, key string) error {
 		if lerr != nil {
 			return malformed("token_ids: %v", lerr)
 		}
-		for range n {
-			t, terr := d.dec.DecodeInt64()
-			if terr != nil || t < 0 || t > math.MaxUint32 {
-				return malformed("token_ids: not a token id")
-			}
-			ev.Tokens = append(ev.Tokens, uint32(t))
+		var terr error
+		if ev.Tokens, terr = d.tokens(n, ev.Tokens); terr != nil {
+			return terr
 		}
 	case "block_size":
 		if d.nilNext() {
@@ -441,11 +440,11 @@ func (d *Decoder) hash() (uint64, error) {
 		}
 		return binary.BigEndian.Uint64(buf[:]), nil
 	}
-	if c == msgpcode.Nil || !(msgpcode.IsFixedNum(c) || (c >= msgpcode.Uint8 && c <= msgpcode.Int64)) {
+	h, size, _, ok := intAt(d.payload[d.pos():])
+	if !ok {
 		return 0, malformed("hash: neither an integer nor bytes (code %#x)", c)
 	}
-	h, err := d.dec.DecodeUint64()
-	if err != nil {
+	if err := d.advance(size); err != nil {
 		return 0, malformed("hash: %v", err)
 	}
 	return h, nil
@@ -586,4 +585,86 @@ func isArray(c byte) bool {
 
 func isMap(c byte) bool {
 	return msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32
+}
+
+// intAt reads the msgpack integer at the start of b: its value as 64 bits
+// (a negative value as its two's complement), its encoded size, whether it
+// is negative. ok is false for anything but a complete integer.
+func intAt(b []byte) (v uint64, size int, neg, ok bool) {
+	if len(b) == 0 {
+		return 0, 0, false, false
+	}
+	c := b[0]
+	switch {
+	case c <= 0x7f:
+		return uint64(c), 1, false, true
+	case c >= 0xe0: // negative fixint
+		return uint64(int64(int8(c))), 1, true, true
+	}
+	switch c {
+	case msgpcode.Uint8, msgpcode.Int8:
+		size = 2
+	case msgpcode.Uint16, msgpcode.Int16:
+		size = 3
+	case msgpcode.Uint32, msgpcode.Int32:
+		size = 5
+	case msgpcode.Uint64, msgpcode.Int64:
+		size = 9
+	default:
+		return 0, 0, false, false
+	}
+	if len(b) < size {
+		return 0, 0, false, false
+	}
+	switch c {
+	case msgpcode.Uint8:
+		v = uint64(b[1])
+	case msgpcode.Int8:
+		v, neg = uint64(int64(int8(b[1]))), b[1] >= 0x80
+	case msgpcode.Uint16:
+		v = uint64(binary.BigEndian.Uint16(b[1:]))
+	case msgpcode.Int16:
+		x := int16(binary.BigEndian.Uint16(b[1:]))
+		v, neg = uint64(int64(x)), x < 0
+	case msgpcode.Uint32:
+		v = uint64(binary.BigEndian.Uint32(b[1:]))
+	case msgpcode.Int32:
+		x := int32(binary.BigEndian.Uint32(b[1:]))
+		v, neg = uint64(int64(x)), x < 0
+	case msgpcode.Uint64:
+		v = binary.BigEndian.Uint64(b[1:])
+	case msgpcode.Int64:
+		v = binary.BigEndian.Uint64(b[1:])
+		neg = int64(v) < 0
+	}
+	return v, size, neg, true
+}
+
+// pos is the decoder's offset in the payload.
+func (d *Decoder) pos() int { return len(d.payload) - d.r.Len() }
+
+// advance moves the decoder n bytes on.
+func (d *Decoder) advance(n int) error {
+	_, err := d.r.Seek(int64(d.pos()+n), 0)
+	return err
+}
+
+// tokens appends n token ids read straight from the payload: they are the
+// bulk of every BlockStored, too many for the generic decoder's per-value
+// reads.
+func (d *Decoder) tokens(n int, dst []uint32) ([]uint32, error) {
+	b := d.payload[d.pos():]
+	i := 0
+	for range n {
+		v, size, neg, ok := intAt(b[i:])
+		if !ok || neg || v > math.MaxUint32 {
+			return dst, malformed("token_ids: not a token id")
+		}
+		dst = append(dst, uint32(v))
+		i += size
+	}
+	if err := d.advance(i); err != nil {
+		return dst, malformed("token_ids: %v", err)
+	}
+	return dst, nil
 }
