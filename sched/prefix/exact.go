@@ -48,15 +48,20 @@ type Exact struct {
 	maxBlocks int
 	blocks    int // (stream, block) pairs held
 
-	// Entries, one per tollgate hash held by any stream. An entry's holder
-	// bitset is bits[e*words : (e+1)*words]; holders[e] counts its set bits.
+	// Entries, one per tollgate hash held by any stream. An entry held by
+	// one stream names it in solo[e] (row[e] is -1); an entry held by more
+	// has a holder bitset, bits[row[e]*words : (row[e]+1)*words].
+	// holders[e] counts the holding streams.
 	byHash  map[uint64]int32
 	hashes  []uint64
 	parents []uint64 // the chain parent of each entry, for engine blocks spanning several index blocks
 	holders []int32
+	solo    []int32
+	row     []int32
 	bits    []uint64
 	words   int
 	freeEnt []int32
+	freeRow []int32
 
 	streams   []stream
 	streamIDs map[streamKey]int32
@@ -302,11 +307,19 @@ func (x *Exact) Lookup(hashes []uint64, blockTokens uint64, dst []sched.CachedTo
 		if !ok {
 			break
 		}
-		row := x.bits[int(e)*w : int(e)*w+w]
 		any := uint64(0)
-		for j := range w {
-			next[j] = active[j] & row[j]
-			any |= next[j]
+		if r := x.row[e]; r >= 0 {
+			row := x.bits[int(r)*w : int(r)*w+w]
+			for j := range w {
+				next[j] = active[j] & row[j]
+				any |= next[j]
+			}
+		} else {
+			clear(next)
+			slot := x.solo[e]
+			bit := uint64(1) << (slot % 64)
+			next[slot/64] = active[slot/64] & bit
+			any = next[slot/64]
 		}
 		x.settle(active, next, uint32(i))
 		active, next = next, active
@@ -392,9 +405,10 @@ func (x *Exact) grow(n int) {
 	}
 	w = max(w, x.words)
 	if w > x.words {
-		nb := make([]uint64, len(x.hashes)*w)
-		for e := range x.hashes {
-			copy(nb[e*w:], x.bits[e*x.words:(e+1)*x.words])
+		rows := len(x.bits) / x.words
+		nb := make([]uint64, rows*w)
+		for r := range rows {
+			copy(nb[r*w:], x.bits[r*x.words:(r+1)*x.words])
 		}
 		x.bits = nb
 	}
@@ -416,41 +430,91 @@ func (x *Exact) markWorker(wi int32) {
 	}
 }
 
-// hold sets slot's bit on the entry of h (whose chain parent is parent).
+// hold makes slot a holder of h (whose chain parent is parent).
 func (x *Exact) hold(slot int32, h, parent uint64) {
+	s := &x.streams[slot]
 	e, ok := x.byHash[h]
-	if !ok {
+	switch {
+	case !ok:
 		if n := len(x.freeEnt); n > 0 {
 			e = x.freeEnt[n-1]
 			x.freeEnt = x.freeEnt[:n-1]
-			x.hashes[e], x.parents[e], x.holders[e] = h, parent, 0
+			x.hashes[e], x.parents[e], x.holders[e], x.solo[e], x.row[e] = h, parent, 0, slot, -1
 		} else {
 			e = int32(len(x.hashes))
 			x.hashes = append(x.hashes, h)
 			x.parents = append(x.parents, parent)
 			x.holders = append(x.holders, 0)
-			x.bits = append(x.bits, make([]uint64, x.words)...)
+			x.solo = append(x.solo, slot)
+			x.row = append(x.row, -1)
 		}
 		x.byHash[h] = e
-	}
-	word := &x.bits[int(e)*x.words+int(slot/64)]
-	bit := uint64(1) << (slot % 64)
-	s := &x.streams[slot]
-	if *word&bit != 0 {
+	case x.holds(e, slot):
 		if s.dups == nil {
 			s.dups = make(map[uint64]uint32)
 		}
 		s.dups[h]++
 		return
+	case x.row[e] < 0:
+		// A second holder: move to a bitset row.
+		r := x.newRow()
+		x.row[e] = r
+		x.setBit(r, x.solo[e], true)
+		x.setBit(r, slot, true)
+	default:
+		x.setBit(x.row[e], slot, true)
 	}
-	*word |= bit
 	x.holders[e]++
 	s.blocks++
 	x.blocks++
 }
 
-// release clears slot's bit on the entry of h, unless the stream stored it
-// more than once; it returns h's chain parent and whether the bit went.
+// holds reports whether slot holds entry e.
+func (x *Exact) holds(e, slot int32) bool {
+	if r := x.row[e]; r >= 0 {
+		return x.bits[int(r)*x.words+int(slot/64)]&(uint64(1)<<(slot%64)) != 0
+	}
+	return x.solo[e] == slot
+}
+
+func (x *Exact) setBit(r, slot int32, on bool) {
+	word := &x.bits[int(r)*x.words+int(slot/64)]
+	if on {
+		*word |= uint64(1) << (slot % 64)
+	} else {
+		*word &^= uint64(1) << (slot % 64)
+	}
+}
+
+func (x *Exact) newRow() int32 {
+	if n := len(x.freeRow); n > 0 {
+		r := x.freeRow[n-1]
+		x.freeRow = x.freeRow[:n-1]
+		return r
+	}
+	r := int32(len(x.bits) / x.words)
+	x.bits = append(x.bits, make([]uint64, x.words)...)
+	return r
+}
+
+// unhold drops slot from entry e (which it holds), freeing what empties.
+func (x *Exact) unhold(e, slot int32) {
+	if r := x.row[e]; r >= 0 {
+		x.setBit(r, slot, false)
+	}
+	x.streams[slot].blocks--
+	x.blocks--
+	if x.holders[e]--; x.holders[e] == 0 {
+		if r := x.row[e]; r >= 0 {
+			x.freeRow = append(x.freeRow, r) // all its bits are clear
+		}
+		delete(x.byHash, x.hashes[e])
+		x.freeEnt = append(x.freeEnt, e)
+	}
+}
+
+// release drops slot's hold on h, unless the stream stored it more than
+// once; it returns h's chain parent and whether the hold went.
 func (x *Exact) release(slot int32, h uint64) (uint64, bool) {
 	e, ok := x.byHash[h]
 	if !ok {
@@ -466,18 +530,10 @@ func (x *Exact) release(slot int32, h uint64) (uint64, bool) {
 		}
 		return parent, false
 	}
-	word := &x.bits[int(e)*x.words+int(slot/64)]
-	bit := uint64(1) << (slot % 64)
-	if *word&bit == 0 {
+	if !x.holds(e, slot) {
 		return parent, false
 	}
-	*word &^= bit
-	s.blocks--
-	x.blocks--
-	if x.holders[e]--; x.holders[e] == 0 {
-		delete(x.byHash, h)
-		x.freeEnt = append(x.freeEnt, e)
-	}
+	x.unhold(e, slot)
 	return parent, true
 }
 
@@ -504,15 +560,9 @@ func (x *Exact) removeEngine(slot int32, eh uint64) int {
 func (x *Exact) clearSlot(slot int32) {
 	s := &x.streams[slot]
 	if s.blocks > 0 {
-		word, bit := int(slot/64), uint64(1)<<(slot%64)
-		for h, e := range x.byHash {
-			if x.bits[int(e)*x.words+word]&bit != 0 {
-				x.bits[int(e)*x.words+word] &^= bit
-				x.blocks--
-				if x.holders[e]--; x.holders[e] == 0 {
-					delete(x.byHash, h)
-					x.freeEnt = append(x.freeEnt, e)
-				}
+		for _, e := range x.byHash {
+			if x.holds(e, slot) {
+				x.unhold(e, slot)
 			}
 		}
 	}
