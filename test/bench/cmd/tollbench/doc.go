@@ -3,7 +3,7 @@
 //
 //	go run ./test/bench/cmd/tollbench run [-out bench-out] [-profile]
 //
-// The run subcommand (the default) goes through five phases, printing
+// The run subcommand (the default) goes through six phases, printing
 // progress on stderr, and writes the table to stdout and to
 // <out>/results.md, with the raw outputs, logs and profiles next to it:
 //
@@ -21,7 +21,10 @@
 //     tollgate's queue; its resident memory and goroutines per held
 //     request, and the drain time after release, at two sizes;
 //  4. tokenizers: `go test -bench` on ./extproc/tokenize;
-//  5. with -profile, CPU and allocation profiles of the extproc server code
+//  5. KV events: decode+index ingest rate (./extproc/kvevents), the exact
+//     prefix index's lookup latency and its memory per cached block
+//     (./sched/prefix);
+//  6. with -profile, CPU and allocation profiles of the extproc server code
 //     under the BUFFERED load at the highest concurrency, taken from a
 //     harness build of the server (the serve subcommand) since the tollgate
 //     binary has no profiling endpoint.

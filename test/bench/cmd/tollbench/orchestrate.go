@@ -106,6 +106,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	r.phase(ctx, "e2e", r.e2ePhase)
 	r.phase(ctx, "held", r.heldPhase)
 	r.phase(ctx, "tokenize", r.tokenizePhase)
+	r.phase(ctx, "kvevents", r.kvEventsPhase)
 	if o.profile {
 		r.phase(ctx, "profile", r.profilePhase)
 	}
