@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -163,4 +164,44 @@ func TestLoopbackBind(t *testing.T) {
 	complete(t, w, a)
 	// The topic's model seeds the hashes: the worker entry names none.
 	waitFor(t, "prompt a indexed", func() bool { n, _ := cachedOn(m, "w0", a); return n == 5*blockSize })
+}
+
+// TestLoopbackDataParallel: a worker of two DP ranks is two streams, on the
+// endpoint's port plus the rank. Rank 0's engine is silent, so its stream
+// comes into sync only through the resync bound; the worker is priced by
+// events from then on, with rank 1's blocks.
+func TestLoopbackDataParallel(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	rank := uint32(1)
+	base := fmt.Sprintf("tcp://127.0.0.1:%d", port-1)
+	w := mockworker.Start(t, mockworker.Config{
+		ID: "w0", Speed: 1000, BlockSize: blockSize,
+		KVEvents: &mockworker.KVEventsConfig{Endpoint: base, DPRank: &rank, Encoding: kvevents.Encoding{Shape: kvevents.ShapeMap}},
+	})
+	if pub, _ := w.KVEventEndpoints(); pub != fmt.Sprintf("tcp://127.0.0.1:%d", port) {
+		t.Fatalf("rank 1 published on %s, want port %d", pub, port)
+	}
+	m, err := kvevents.New(kvevents.Config{BlockSize: blockSize, ReconnectDelay: 20 * time.Millisecond, ResyncAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Model: mockworker.DefaultModel, Endpoint: base, DPSize: 2}})
+	a := prompt(4*blockSize, 1)
+	probe := 0
+	waitFor(t, "rank 1 indexing", func() bool {
+		probe++
+		complete(t, w, prompt(blockSize+1, 100000+probe*blockSize))
+		return m.Index().StreamLen("w0", 1) > 0
+	})
+	complete(t, w, a)
+	waitFor(t, "both ranks in sync and a indexed on rank 1", func() bool { n, _ := cachedOn(m, "w0", a); return n == 4*blockSize })
+	if n := m.Index().StreamLen("w0", 0); n != 0 {
+		t.Errorf("silent rank 0 holds %d blocks", n)
+	}
 }

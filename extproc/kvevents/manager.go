@@ -203,9 +203,9 @@ func (m *Manager) SetWorkers(eps []Endpoint) {
 			st := newStreamState(Stream{Worker: ep.Worker, Rank: ep.DPStart + i, Model: ep.Model}, m.cfg.Now())
 			m.idx.SetSynced(st.Worker, st.Rank, false)
 			m.m.unsynced.Inc()
-			pub, replay := offsetPort(ep.Endpoint, int(i)), ""
+			pub, replay := OffsetPort(ep.Endpoint, int(i)), ""
 			if ep.Replay != "" {
-				replay = offsetPort(ep.Replay, int(i))
+				replay = OffsetPort(ep.Replay, int(i))
 			}
 			wg.Go(func() { m.runDial(ctx, st, pub, replay) })
 		}
@@ -537,9 +537,10 @@ func parseTopic(topic []byte) (pod, model string, ok bool) {
 	return pod, model, pod != ""
 }
 
-// offsetPort adds off to the port of a tcp://host:port endpoint; other
-// endpoints get llm-d's "_dp<rank>" suffix when off > 0.
-func offsetPort(endpoint string, off int) string {
+// OffsetPort adds off to the port of a tcp://host:port endpoint, as a
+// data-parallel engine offsets its endpoints by its rank; other endpoints
+// get vLLM's "_dp<rank>" suffix when off > 0.
+func OffsetPort(endpoint string, off int) string {
 	if off == 0 {
 		return endpoint
 	}

@@ -50,11 +50,11 @@ func TestParseTopicAndPorts(t *testing.T) {
 	if _, _, ok := parseTopic([]byte("vllm")); ok {
 		t.Error("a topic without kv@ parsed")
 	}
-	if got := offsetPort("tcp://10.0.0.1:5557", 3); got != "tcp://10.0.0.1:5560" {
-		t.Errorf("offsetPort = %s", got)
+	if got := OffsetPort("tcp://10.0.0.1:5557", 3); got != "tcp://10.0.0.1:5560" {
+		t.Errorf("OffsetPort = %s", got)
 	}
-	if got := offsetPort("tcp://[::1]:5557", 1); got != "tcp://[::1]:5558" {
-		t.Errorf("offsetPort v6 = %s", got)
+	if got := OffsetPort("tcp://[::1]:5557", 1); got != "tcp://[::1]:5558" {
+		t.Errorf("OffsetPort v6 = %s", got)
 	}
 	for _, bad := range []string{"", "10.0.0.1:5557", "tcp://10.0.0.1", "tcp://:5557", "tcp://h:99999", "udp://x:1"} {
 		if CheckEndpoint(bad) == nil {

@@ -34,7 +34,8 @@ type KVEventsConfig struct {
 	Topic string
 	// Encoding selects the batch and event shapes and the hash encoding.
 	Encoding kvevents.Encoding
-	// DPRank, when set, is sent as the batch's data_parallel_rank.
+	// DPRank, when set, is sent as the batch's data_parallel_rank, and both
+	// endpoints' ports are offset by it, as a data-parallel vLLM rank does.
 	DPRank *uint32
 	// BufferSteps bounds the replay buffer; 0 means DefaultKVBufferSteps.
 	BufferSteps int
@@ -63,6 +64,12 @@ type sent struct {
 func newPublisher(cfg KVEventsConfig) (*publisher, error) {
 	if cfg.BufferSteps <= 0 {
 		cfg.BufferSteps = DefaultKVBufferSteps
+	}
+	if cfg.DPRank != nil {
+		cfg.Endpoint = kvevents.OffsetPort(cfg.Endpoint, int(*cfg.DPRank))
+		if cfg.ReplayEndpoint != "" {
+			cfg.ReplayEndpoint = kvevents.OffsetPort(cfg.ReplayEndpoint, int(*cfg.DPRank))
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	quiet := zmq4.WithLogger(log.New(io.Discard, "", 0))
