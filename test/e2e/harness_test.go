@@ -79,6 +79,9 @@ type options struct {
 	// kvEvents makes every worker publish KV events (with a replay
 	// socket) and tollgate subscribe to them.
 	kvEvents bool
+	// kvEndpoints names, by worker index, KV-event endpoints published by
+	// something other than the worker (tollgate then subscribes to them).
+	kvEndpoints map[int][2]string
 }
 
 // stack is tollgate between a simulated Envoy and mock workers.
@@ -126,6 +129,9 @@ func newStack(t *testing.T, o options) *stack {
 		st.workers = append(st.workers, w)
 		ew := extproc.Worker{ID: wc.ID, Address: w.Addr(), MaxRunningRequests: o.maxRunning, Model: model}
 		ew.KVEventsEndpoint, ew.KVEventsReplayEndpoint = w.KVEventEndpoints()
+		if ep, ok := o.kvEndpoints[i]; ok {
+			ew.KVEventsEndpoint, ew.KVEventsReplayEndpoint = ep[0], ep[1]
+		}
 		st.list = append(st.list, ew)
 	}
 	cfg := extproc.Config{
@@ -135,7 +141,7 @@ func newStack(t *testing.T, o options) *stack {
 		DrainDelay:             -1,
 		ShutdownTimeout:        10 * time.Second,
 	}
-	if o.kvEvents {
+	if o.kvEvents || len(o.kvEndpoints) > 0 {
 		// A short speculative TTL: the tests check what the engines report,
 		// not what tollgate routed a moment ago.
 		kv, err := kvevents.New(kvevents.Config{BlockSize: sched.DefaultBlockSize, SpeculativeTTL: time.Millisecond,

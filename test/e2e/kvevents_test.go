@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/prefix"
+	"github.com/tollgate/tollgate/test/interop"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 
@@ -199,5 +200,62 @@ func TestKVEventsPriceAndRoute(t *testing.T) {
 	}
 	if got := s.metric(`tollgate_kv_events_gaps_total{worker="` + id(1) + `"}`); got != 1 {
 		t.Errorf("gaps of w1: %v, want 1", got)
+	}
+}
+
+// TestKVEventsPythonPublisher: worker w1's events come from the independent
+// Python publisher (libzmq, msgpack) in vLLM's newest shape, w0 has none
+// and is priced by the approximate index. A prefix the publisher reports
+// routes to w1; after its BlockRemoved, or its restart, the prefix goes to
+// w0, which holds it by tollgate's own routing; a lost batch is replayed.
+func TestKVEventsPythonPublisher(t *testing.T) {
+	pub := interop.StartPublisher(t, "kv@w1@"+model, bs, "--shape", "map", "--hashes", "bytes")
+	s := newStack(t, options{workers: 2, kvEndpoints: map[int][2]string{1: {pub.Pub, pub.Replay}}})
+	probe := 0
+	s.waitFor("w1 in sync", func() bool {
+		probe++
+		pub.Do(map[string]any{"op": "store", "tokens": ids(bs, 1_000_000+probe*bs)})
+		return s.kv.Index().Synced("w1")
+	})
+	if s.kv.Index().Synced("w0") {
+		t.Fatal("w0 has no event stream but counts as in sync")
+	}
+
+	p := ids(8*bs, 1)
+	pub.Do(map[string]any{"op": "store", "tokens": p})
+	s.waitFor("P indexed on w1", func() bool { return s.eventsCached("w1", p) == 8*bs })
+	before := s.metric(eventsSum)
+	if w, _ := s.route(cat(p, ids(5, 500))); w != "w1" {
+		t.Fatalf("P went to %s, want w1 (by its events)", w)
+	}
+	if got := s.metric(eventsSum) - before; got != 8*bs {
+		t.Errorf("priced with %v cached tokens from events, want %d", got, 8*bs)
+	}
+
+	// w0 learns P the approximate way: a request pinned there.
+	r := s.do(post("/v1/completions", tokenCompletion(cat(p, ids(5, 600))), "x-dynamo-worker-instance-id", "w0"))
+	expectStatus(t, r, http.StatusOK, "")
+
+	pub.Do(map[string]any{"op": "remove", "tokens": p})
+	s.waitFor("P removed from w1", func() bool { return s.eventsCached("w1", p) == 0 })
+	if w, _ := s.route(cat(p, ids(5, 700))); w != "w0" {
+		t.Fatalf("after BlockRemoved P went to %s, want w0", w)
+	}
+
+	pub.Do(map[string]any{"op": "store", "tokens": p})
+	s.waitFor("P indexed on w1 again", func() bool { return s.eventsCached("w1", p) == 8*bs })
+	pub.Do(map[string]any{"op": "restart"})
+	s.waitFor("w1's restart seen", func() bool { return s.eventsCached("w1", p) == 0 && s.kv.Index().Synced("w1") })
+	if w, _ := s.route(cat(p, ids(5, 800))); w != "w0" {
+		t.Fatalf("after w1's restart P went to %s, want w0", w)
+	}
+
+	q := ids(6*bs, 50_000)
+	pub.Do(map[string]any{"op": "drop", "n": 1})
+	pub.Do(map[string]any{"op": "store", "tokens": q})
+	pub.Do(map[string]any{"op": "store", "tokens": ids(bs, 60_000)})
+	s.waitFor("Q replayed on w1", func() bool { return s.eventsCached("w1", q) == 6*bs })
+	if w, _ := s.route(cat(q, ids(5, 900))); w != "w1" {
+		t.Fatalf("after the replay Q went to %s, want w1", w)
 	}
 }
