@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"testing"
+	"time"
 )
 
 // ingestPayloads returns n distinct vLLM batches (array shape, integer
@@ -53,7 +54,7 @@ func BenchmarkIngest(b *testing.B) {
 		if err := d.Decode(payloads[n%batches], &batch); err != nil {
 			b.Fatal(err)
 		}
-		ix.Apply(s, &batch, &group)
+		ix.Apply(time.Time{}, s, &batch, &group)
 		n++
 	}
 	b.ReportMetric(float64(n*events*blocks)/b.Elapsed().Seconds(), "blocks/s")

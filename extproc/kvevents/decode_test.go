@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -170,7 +171,7 @@ func FuzzDecode(f *testing.F) {
 		// index stays consistent.
 		ix := NewIndex(1, 1<<10, 0)
 		var g int64 = -1
-		ix.Apply(Stream{Worker: "w", Model: "m"}, &b, &g)
+		ix.Apply(time.Time{}, Stream{Worker: "w", Model: "m"}, &b, &g)
 		if p, _ := ix.Size(); p < 0 || p > 1<<10 {
 			t.Fatalf("index size %d", p)
 		}

@@ -20,9 +20,14 @@ type Index struct {
 	mu      sync.Mutex
 	exact   *prefix.Exact
 	spec    *prefix.Index
-	scratch []uint64
-	found   []sched.CachedTokens
-	specBuf []sched.CachedTokens
+	specTTL time.Duration
+	// removedAt is when each worker last reported a removal or clear: its
+	// speculative entries are not trusted for specTTL after it, since
+	// they may name blocks the engine has since evicted.
+	removedAt map[string]time.Time
+	scratch   []uint64
+	found     []sched.CachedTokens
+	specBuf   []sched.CachedTokens
 }
 
 // NewIndex returns an empty index for blockSize-token blocks.
@@ -31,8 +36,10 @@ func NewIndex(blockSize, maxBlocks int, specTTL time.Duration) *Index {
 		specTTL = DefaultSpeculativeTTL
 	}
 	return &Index{
-		exact: prefix.NewExact(blockSize, maxBlocks),
-		spec:  prefix.New(specTTL, max(maxBlocks/8, 1<<16)),
+		exact:     prefix.NewExact(blockSize, maxBlocks),
+		spec:      prefix.New(specTTL, max(maxBlocks/8, 1<<16)),
+		specTTL:   specTTL,
+		removedAt: make(map[string]time.Time),
 	}
 }
 
@@ -56,13 +63,18 @@ type Applied struct {
 // fullAttention lists the cache kinds whose blocks are prefix-indexable.
 var fullAttention = map[string]bool{"": true, "full_attention": true, "mla_attention": true, "sink_full_attention": true}
 
-// Apply applies a decoded batch to a stream. group is the stream's indexed
-// KV-cache group (the first full-attention group it reported), kept by the
-// caller across batches; -1 means not yet known.
-func (ix *Index) Apply(s Stream, b *Batch, group *int64) Applied {
+// Apply applies a decoded batch to a stream at time now. group is the
+// stream's indexed KV-cache group (the first full-attention group it
+// reported), kept by the caller across batches; -1 means not yet known.
+func (ix *Index) Apply(now time.Time, s Stream, b *Batch, group *int64) Applied {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	var a Applied
+	defer func() {
+		if a.Removed > 0 || a.Cleared > 0 {
+			ix.removedAt[s.Worker] = now
+		}
+	}()
 	for i := range b.Events {
 		ev := &b.Events[i]
 		gpu := ev.Medium == "" || ev.Medium == "GPU"
@@ -137,6 +149,7 @@ func (ix *Index) RemoveWorker(worker string) {
 	defer ix.mu.Unlock()
 	ix.exact.RemoveWorker(worker)
 	ix.spec.RemoveWorker(worker)
+	delete(ix.removedAt, worker)
 }
 
 // Size returns the (stream, block) pairs and distinct blocks held.
@@ -179,7 +192,8 @@ type Sources struct {
 
 // Lookup merges the approximate index's answer with the exact one: every
 // synced worker gets its exact cached tokens (at least its speculative
-// ones), every other worker keeps its approximate figure. approx must be
+// ones, unless it reported a removal within the speculative TTL), every
+// other worker keeps its approximate figure. approx must be
 // sorted by worker; so is the result, appended to dst.
 func (ix *Index) Lookup(now time.Time, hashes []uint64, blockTokens uint64, approx, dst []sched.CachedTokens) ([]sched.CachedTokens, Sources) {
 	var src Sources
@@ -191,7 +205,7 @@ func (ix *Index) Lookup(now time.Time, hashes []uint64, blockTokens uint64, appr
 	// Speculative entries count only for synced workers.
 	merged := found
 	for _, c := range spec {
-		if !ix.exact.Synced(c.Worker) {
+		if !ix.exact.Synced(c.Worker) || now.Sub(ix.removedAt[c.Worker]) < ix.specTTL {
 			continue
 		}
 		i := indexOf(merged, c.Worker)

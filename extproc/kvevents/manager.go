@@ -394,7 +394,7 @@ func (m *Manager) apply(st *streamState, dec *Decoder, b *Batch, seq uint64, top
 	if s.Model == "" {
 		_, s.Model, _ = parseTopic(topic)
 	}
-	a := m.idx.Apply(s, b, &st.group)
+	a := m.idx.Apply(m.cfg.Now(), s, b, &st.group)
 	for i := range b.Events {
 		m.m.events.WithLabelValues(st.Worker, b.Events[i].Kind.String()).Inc()
 	}

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/kvevents"
 	"github.com/tollgate/tollgate/test/envoysim"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
@@ -49,6 +51,11 @@ type workerSpec struct {
 	prefillRate, decodeRate float64
 	// hold is mockworker's Hold hook; nil means none.
 	hold func(context.Context, mockworker.RequestInfo) error
+	// cacheBlocks is each worker's prefix-cache size; 0 means 65536.
+	cacheBlocks int
+	// kvEvents makes the workers publish KV events and tollgate price
+	// and route with them.
+	kvEvents bool
 }
 
 // simWorker is one mock worker behind its own HTTP server.
@@ -71,6 +78,7 @@ type stack struct {
 	workers     []*simWorker
 	sim         *envoysim.Sim
 
+	kv      *kvevents.Manager
 	stopRun context.CancelFunc
 	wg      sync.WaitGroup
 }
@@ -107,18 +115,26 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 			return st, err
 		}
 		st.workers = append(st.workers, sw)
-		workers = append(workers, extproc.Worker{
+		ew := extproc.Worker{
 			ID:                  sw.id,
 			Address:             sw.addr,
 			MaxRunningRequests:  uint32(ws.maxNumSeqs),
 			MaxNumBatchedTokens: ws.maxBatchedTokens,
 			Model:               demoModel,
-		})
+		}
+		ew.KVEventsEndpoint, ew.KVEventsReplayEndpoint = sw.w.KVEventEndpoints()
+		workers = append(workers, ew)
 	}
 
 	cfg, err := spec.build(log)
 	if err != nil {
 		return st, err
+	}
+	if ws.kvEvents {
+		if st.kv, err = kvevents.New(kvevents.Config{BlockSize: int(cfg.Sched.BlockSize), Logger: log}); err != nil {
+			return st, err
+		}
+		cfg.KVEvents = st.kv
 	}
 	srv, err := extproc.New(cfg, workers)
 	if err != nil {
@@ -163,6 +179,11 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 // startWorker starts one mock worker on 127.0.0.1:0 behind a handler that
 // echoes the routing header back in HeaderEndpoint.
 func startWorker(ctx context.Context, id string, ws workerSpec, speed float64, log *slog.Logger) (*simWorker, error) {
+	var kv *mockworker.KVEventsConfig
+	if ws.kvEvents {
+		kv = &mockworker.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0",
+			Topic: "kv@" + id + "@" + demoModel}
+	}
 	w, err := mockworker.New(mockworker.Config{
 		ID:                  id,
 		Model:               demoModel,
@@ -170,7 +191,8 @@ func startWorker(ctx context.Context, id string, ws workerSpec, speed float64, l
 		PrefillTokensPerSec: ws.prefillRate,
 		DecodeTokensPerSec:  ws.decodeRate,
 		Speed:               speed,
-		CacheBlocks:         1 << 16,
+		CacheBlocks:         cmp.Or(ws.cacheBlocks, 1<<16),
+		KVEvents:            kv,
 		MaxRecords:          1 << 14,
 		Hold:                ws.hold,
 		Logger:              log,
@@ -240,6 +262,9 @@ func (st *stack) close() {
 		st.srv.Wait()
 	}
 	st.wg.Wait()
+	if st.kv != nil {
+		st.kv.Close()
+	}
 }
 
 // close cancels the worker's requests, then stops its server.
