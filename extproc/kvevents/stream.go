@@ -73,7 +73,6 @@ type streamState struct {
 	group    int64
 	synced   bool
 	since    time.Time // when the stream went out of sync
-	lastSeen time.Time
 }
 
 func newStreamState(s Stream, now time.Time) *streamState {

@@ -114,11 +114,11 @@ func runKVArm(ctx context.Context, c kvConfig, events bool) (kvArm, error) {
 	ap0, _ := before.histogram("tollgate_prefix_cached_tokens", map[string]string{"source": "approximate"})
 
 	var (
-		mu                sync.Mutex
-		ttft              []time.Duration
+		mu                   sync.Mutex
+		ttft                 []time.Duration
 		promptSum, cachedSum int
-		wg                sync.WaitGroup
-		firstErr          error
+		wg                   sync.WaitGroup
+		firstErr             error
 	)
 	sem := make(chan struct{}, kvConcurrent)
 	for s := range kvSessions {
