@@ -69,10 +69,10 @@ func parseSeq(b []byte) (uint64, bool) {
 // owns it; it is not safe for concurrent use.
 type streamState struct {
 	Stream
-	tr       tracker
-	group    int64
-	synced   bool
-	since    time.Time // when the stream went out of sync
+	tr     tracker
+	group  int64
+	synced bool
+	since  time.Time // when the stream went out of sync
 }
 
 func newStreamState(s Stream, now time.Time) *streamState {
