@@ -63,6 +63,10 @@ type kvArm struct {
 	// count its requests priced by each source.
 	Events             bool
 	ByEvents, ByApprox uint64
+	// Cached are the cached tokens each completion reported, in the order
+	// they completed; TTFTs are every time to first byte, sorted.
+	Cached []int
+	TTFTs  []time.Duration
 }
 
 // kvConfig configures a KV-events run.
@@ -145,6 +149,7 @@ func runKVArm(ctx context.Context, c kvConfig, events bool) (kvArm, error) {
 					p, cached := kvUsage(r.Body)
 					promptSum += p
 					cachedSum += cached
+					arm.Cached = append(arm.Cached, cached)
 					ttft = append(ttft, r.Timings.FirstByte)
 				}
 				mu.Unlock()
@@ -188,6 +193,7 @@ func runKVArm(ctx context.Context, c kvConfig, events bool) (kvArm, error) {
 		arm.HitRate = float64(cachedSum) / float64(promptSum)
 	}
 	slices.Sort(ttft)
+	arm.TTFTs = ttft
 	if n := len(ttft); n > 0 {
 		arm.TTFT50, arm.TTFT99 = ttft[n/2], ttft[min(n-1, n*99/100)]
 	}
@@ -278,6 +284,30 @@ func kvUsage(body []byte) (prompt, cached int) {
 	}
 	_ = json.Unmarshal(body, &v)
 	return v.Usage.Prompt, v.Usage.Details.Cached
+}
+
+// kvChart draws, per arm, the cumulative cached tokens the workers reported
+// and the time to first token by percentile.
+func kvChart(arms []kvArm) Chart {
+	cached := Panel{Title: "prefix cache hits the workers reported (usage cached_tokens)",
+		XLabel: "completed requests", YLabel: "cumulative cached tokens"}
+	ttft := Panel{Title: "time to first token", XLabel: "percentile of requests", YLabel: "milliseconds"}
+	for i, a := range arms {
+		color := palette[i%len(palette)]
+		s := Series{Name: a.Name, Color: color}
+		sum := 0
+		for j, c := range a.Cached {
+			sum += c
+			s.Points = append(s.Points, Point{X: float64(j + 1), Y: float64(sum)})
+		}
+		cached.Series = append(cached.Series, s)
+		t := Series{Name: a.Name, Color: color}
+		for j, d := range a.TTFTs {
+			t.Points = append(t.Points, Point{X: 100 * float64(j+1) / float64(len(a.TTFTs)), Y: d.Seconds() * 1000})
+		}
+		ttft.Series = append(ttft.Series, t)
+	}
+	return Chart{Title: "Prefix cache: the approximate index against the engines' KV events", Panels: []Panel{cached, ttft}}
 }
 
 // printKVEvents prints the two arms side by side.

@@ -73,6 +73,9 @@ func Run(ctx context.Context, o Options) error {
 			return interrupted(ctx, err)
 		}
 		printKVEvents(w, arms)
+		if err := writeChart(w, filepath.Join(o.Out, "kvevents.svg"), kvChart(arms)); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(w, "\ndemo finished in %.1fs\n", time.Since(start).Seconds())
 	return nil
