@@ -205,3 +205,59 @@ func TestLoopbackDataParallel(t *testing.T) {
 		t.Errorf("silent rank 0 holds %d blocks", n)
 	}
 }
+
+// TestLoopbackReconnect: the engine process goes away and a new one binds
+// the same port; the subscriber reconnects, sees the sequence start again
+// and drops what the old process had cached.
+func TestLoopbackReconnect(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "tcp://" + l.Addr().String()
+	_ = l.Close()
+	start := func() *mockworker.Worker {
+		w, err := mockworker.New(mockworker.Config{ID: "w0", Speed: 1000, BlockSize: blockSize,
+			KVEvents: &mockworker.KVEventsConfig{Endpoint: endpoint}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Listen("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	w := start()
+	m := newManager(t, "")
+	m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Model: mockworker.DefaultModel, Endpoint: endpoint}})
+	// Probes until one stored after the stream is in sync is indexed.
+	probe := 0
+	live := func(w *mockworker.Worker) {
+		waitFor(t, "the stream live", func() bool {
+			probe++
+			p := prompt(blockSize+1, 100000+probe*blockSize)
+			synced := m.Index().Synced("w0")
+			complete(t, w, p)
+			time.Sleep(20 * time.Millisecond)
+			n, _ := cachedOn(m, "w0", p)
+			return synced && n == blockSize
+		})
+	}
+	live(w)
+	a := prompt(4*blockSize, 1)
+	complete(t, w, a)
+	waitFor(t, "a indexed", func() bool { n, _ := cachedOn(m, "w0", a); return n == 4*blockSize })
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	w = start()
+	t.Cleanup(func() { _ = w.Close() })
+	live(w)
+	if n, _ := cachedOn(m, "w0", a); n != 0 {
+		t.Errorf("the old process's blocks still count: %d tokens of a", n)
+	}
+	b := prompt(2*blockSize, 5000)
+	complete(t, w, b)
+	waitFor(t, "b indexed", func() bool { n, _ := cachedOn(m, "w0", b); return n == 2*blockSize })
+}
