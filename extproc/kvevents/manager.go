@@ -262,6 +262,15 @@ func (m *Manager) runDial(ctx context.Context, st *streamState, endpoint, replay
 			continue
 		}
 		m.m.connects.WithLabelValues(st.Worker, "ok").Inc()
+		if st.tr.started {
+			// Reconnected: batches may have been lost, or the engine is a
+			// new process whose sequence could continue by chance. Start
+			// over as a subscriber joining mid-stream (a replay from 0, or
+			// the bounded resync).
+			m.idx.Clear(st.Worker, st.Rank)
+			st.tr.reset()
+			m.setSynced(st, false)
+		}
 		m.receive(ctx, sub, func(msg zmq4.Msg) {
 			if len(msg.Frames) != 3 {
 				m.m.malformed.WithLabelValues(st.Worker).Inc()
