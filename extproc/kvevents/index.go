@@ -185,9 +185,11 @@ func (ix *Index) Record(now time.Time, worker string, hashes []uint64) {
 	ix.spec.Record(now, worker, hashes)
 }
 
-// Sources counts the workers of one lookup by where their figure came from.
+// Sources counts the workers of one lookup by where their figure came
+// from, with the largest figure of each source.
 type Sources struct {
-	Events, Approximate int
+	Events, Approximate         int
+	BestEvents, BestApproximate uint64
 }
 
 // Lookup merges the approximate index's answer with the exact one: every
@@ -215,14 +217,18 @@ func (ix *Index) Lookup(now time.Time, hashes []uint64, blockTokens uint64, appr
 			merged[i].Tokens = max(merged[i].Tokens, c.Tokens)
 		}
 	}
+	for _, c := range merged {
+		src.BestEvents = max(src.BestEvents, c.Tokens)
+	}
+	src.Events = len(merged)
 	for _, c := range approx {
 		if ix.exact.Synced(c.Worker) {
 			continue
 		}
 		merged = insertSorted(merged, c)
 		src.Approximate++
+		src.BestApproximate = max(src.BestApproximate, c.Tokens)
 	}
-	src.Events = len(merged) - src.Approximate
 	ix.found = merged
 	return append(dst, merged...), src
 }

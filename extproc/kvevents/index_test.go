@@ -22,7 +22,7 @@ func TestIndexLookupMergesSources(t *testing.T) {
 	approx := []sched.CachedTokens{{Worker: "w1", Tokens: 12}, {Worker: "w2", Tokens: 8}}
 	got, src := ix.Lookup(t0, h, 4, approx, nil)
 	want := []sched.CachedTokens{{Worker: "w1", Tokens: 4}, {Worker: "w2", Tokens: 8}}
-	if !slices.Equal(got, want) || src != (Sources{Events: 1, Approximate: 1}) {
+	if !slices.Equal(got, want) || src != (Sources{Events: 1, Approximate: 1, BestEvents: 4, BestApproximate: 8}) {
 		t.Fatalf("Lookup = %v %+v, want %v and one of each", got, src, want)
 	}
 	// A routed prompt counts on a synced worker until its TTL passes.

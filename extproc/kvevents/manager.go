@@ -216,19 +216,11 @@ func (m *Manager) SetWorkers(eps []Endpoint) {
 // Lookup is Index.Lookup, counted by source.
 func (m *Manager) Lookup(now time.Time, hashes []uint64, blockTokens uint64, approx []sched.CachedTokens) []sched.CachedTokens {
 	out, src := m.idx.Lookup(now, hashes, blockTokens, approx, nil)
-	var best [2]uint64
-	for _, c := range out {
-		i := 0
-		if !m.idx.Synced(c.Worker) {
-			i = 1
-		}
-		best[i] = max(best[i], c.Tokens)
-	}
 	if src.Events > 0 {
-		m.m.cachedTokens.WithLabelValues("events").Observe(float64(best[0]))
+		m.m.cachedTokens.WithLabelValues("events").Observe(float64(src.BestEvents))
 	}
 	if src.Approximate > 0 {
-		m.m.cachedTokens.WithLabelValues("approximate").Observe(float64(best[1]))
+		m.m.cachedTokens.WithLabelValues("approximate").Observe(float64(src.BestApproximate))
 	}
 	return out
 }

@@ -43,7 +43,7 @@ func newMetrics() *metrics {
 		}),
 		cachedTokens: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_prefix_cached_tokens",
-			Help:    "Largest cached-token estimate of a request over the workers priced by each source (events, approximate).",
+			Help:    "Largest cached-token estimate of a request over the workers priced by each source (events, approximate), observed when some worker of that source holds part of the prompt.",
 			Buckets: prometheus.ExponentialBuckets(16, 4, 8),
 		}, []string{"source"}),
 	}
