@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/extproc/enginemetrics"
+	"github.com/tollgate/tollgate/extproc/kvevents"
+
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -159,6 +161,11 @@ type Config struct {
 	// Tokenizer counts prompt tokens (--tokenizer). Nil means the default
 	// estimator.
 	Tokenizer Tokenizer
+	// KVEvents, when set, prices and routes with the engines' own KV-cache
+	// events wherever a worker's stream is in sync, and with the approximate
+	// index elsewhere. The Server hands it every worker set and registers
+	// its metrics; its owner closes it. Its block size must be Sched's.
+	KVEvents *kvevents.Manager
 
 	// ClientIP selects where the ip: tenant tier reads the client address.
 	ClientIP ClientIPSource

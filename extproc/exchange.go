@@ -297,7 +297,7 @@ func (x *exchange) onTicket(now time.Time, st ticketState) step {
 		}
 		x.admitted = true
 		x.target = st.target
-		x.p.prefix.record(now, st.target.worker, x.plan.hashes)
+		x.p.prefix.record(now, st.target.worker, x.plan.hashes, x.plan.exact)
 		x.p.metrics.admission.WithLabelValues("admitted").Observe(now.Sub(x.start).Seconds())
 		s.send = append(s.send, x.routeReplies(st.target)...)
 		return s

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate/tollgate/extproc/kvevents"
 	"github.com/tollgate/tollgate/extproc/openai"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
@@ -64,7 +65,7 @@ func newPlanner(cfg *Config, tok Tokenizer, m *metrics) (*planner, error) {
 		tenants: cfg.Tenancy.Tenants,
 		file:    cfg.Tenancy.PriorityFile,
 		tok:     tok,
-		prefix:  &prefixCache{idx: prefix.New(cfg.RouterTTL, cfg.PrefixMaxEntries)},
+		prefix:  &prefixCache{idx: prefix.New(cfg.RouterTTL, cfg.PrefixMaxEntries), events: cfg.KVEvents},
 		metrics: m,
 	}
 	if p.tenants == nil {
@@ -200,7 +201,7 @@ func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInf
 			pl.hashes = prefix.HashBytes(r.Model, r.Text, bs*p.cfg.PrefixBytesPerToken, nil)
 		}
 	}
-	pl.cachedByWorker = p.prefix.lookup(now, pl.hashes, uint64(bs))
+	pl.cachedByWorker = p.prefix.lookup(now, pl.hashes, uint64(bs), pl.exact)
 	for _, c := range pl.cachedByWorker {
 		pl.cachedBest = max(pl.cachedBest, c.Tokens)
 	}
@@ -248,29 +249,42 @@ func modelOf(body []byte) string {
 	return v.Model
 }
 
-// prefixCache guards the prefix index, shared by all streams.
+// prefixCache guards the approximate prefix index, shared by all streams,
+// and consults the exact index of KV events when there is one.
 type prefixCache struct {
 	// mu guards idx.
 	mu  sync.Mutex
 	idx *prefix.Index
+	// events is nil without KV events. It has its own lock.
+	events *kvevents.Manager
 }
 
-func (c *prefixCache) lookup(now time.Time, hashes []uint64, blockTokens uint64) []sched.CachedTokens {
+// lookup returns the cached tokens of a prompt per worker. Token hashes
+// (exact set) are priced by the KV events for every worker in sync, and
+// by the approximate index elsewhere.
+func (c *prefixCache) lookup(now time.Time, hashes []uint64, blockTokens uint64, exact bool) []sched.CachedTokens {
 	if len(hashes) == 0 {
 		return nil
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.idx.Lookup(now, hashes, blockTokens, nil)
+	approx := c.idx.Lookup(now, hashes, blockTokens, nil)
+	c.mu.Unlock()
+	if c.events != nil && exact {
+		return c.events.Lookup(now, hashes, blockTokens, approx)
+	}
+	return approx
 }
 
-func (c *prefixCache) record(now time.Time, worker string, hashes []uint64) {
+func (c *prefixCache) record(now time.Time, worker string, hashes []uint64, exact bool) {
 	if len(hashes) == 0 {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.idx.Record(now, worker, hashes)
+	c.mu.Unlock()
+	if c.events != nil && exact {
+		c.events.Record(now, worker, hashes)
+	}
 }
 
 func (c *prefixCache) removeWorker(worker string) {

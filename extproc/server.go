@@ -97,6 +97,9 @@ func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), workerIDs: make(map[string]struct{}), shed: make(chan struct{})}
 	s.metrics = newMetrics(cfg.TenantMetricTopN, s.stats)
 	s.ends = newStreamEnds(s.metrics.reg, s.log, cfg.Now)
+	if cfg.KVEvents != nil {
+		s.metrics.reg.MustRegister(cfg.KVEvents.Collectors()...)
+	}
 	tok := cfg.Tokenizer
 	if tok == nil {
 		var err error
@@ -223,6 +226,9 @@ func (s *Server) noteWorkers(set *workerSet) {
 		s.scraper.SetTargets(set.targets)
 	}
 	s.metrics.setNamedModels(slices.Collect(maps.Keys(s.cfg.Sched.Policy.Models)), set.sched)
+	if s.cfg.KVEvents != nil {
+		s.cfg.KVEvents.SetWorkers(set.kv)
+	}
 	s.ready.Store(len(set.byID) > 0)
 	s.updateHealth()
 }

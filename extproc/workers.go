@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate/tollgate/extproc/enginemetrics"
+	"github.com/tollgate/tollgate/extproc/kvevents"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -45,6 +46,12 @@ type Worker struct {
 	// empty means http://ADDRESS/metrics, ":PORT/PATH" or "/PATH" are
 	// relative to the address, else an absolute http(s) URL.
 	MetricsURL string `json:"metrics_url,omitempty"`
+	// KVEventsEndpoint is the engine's KV-event PUB endpoint,
+	// tcp://IP:PORT, of its first DP rank (rank i publishes on PORT+i).
+	KVEventsEndpoint string `json:"kv_events_endpoint,omitempty"`
+	// KVEventsReplayEndpoint is the engine's replay ROUTER endpoint,
+	// offset by rank the same way.
+	KVEventsReplayEndpoint string `json:"kv_events_replay_endpoint,omitempty"`
 }
 
 // workersFile is the schema of the workers file.
@@ -236,8 +243,29 @@ func ValidateWorkers(ws []Worker) error {
 				bad("%v", err)
 			}
 		}
+		if err := checkKVEndpoints(w); err != nil {
+			bad("%v", err)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkKVEndpoints validates a worker's KV-event endpoints.
+func checkKVEndpoints(w Worker) error {
+	if w.KVEventsEndpoint != "" {
+		if err := kvevents.CheckEndpoint(w.KVEventsEndpoint); err != nil {
+			return fmt.Errorf("kv_events_endpoint: %w", err)
+		}
+	}
+	if w.KVEventsReplayEndpoint != "" {
+		if w.KVEventsEndpoint == "" {
+			return errors.New("kv_events_replay_endpoint without kv_events_endpoint")
+		}
+		if err := kvevents.CheckEndpoint(w.KVEventsReplayEndpoint); err != nil {
+			return fmt.Errorf("kv_events_replay_endpoint: %w", err)
+		}
+	}
+	return nil
 }
 
 // parseAddress accepts a literal IP:port with a non-zero port.
@@ -272,6 +300,8 @@ type target struct {
 // and how to reach each worker.
 type workerSet struct {
 	sched []sched.Worker
+	// kv is every worker's KV-event configuration.
+	kv []kvevents.Endpoint
 	// byID maps an id to its address and rank count.
 	byID map[string]workerAddr
 	// targets are the workers' engine metrics endpoints.
@@ -288,7 +318,8 @@ func newWorkerSet(ws []Worker) (*workerSet, error) {
 	if err := ValidateWorkers(ws); err != nil {
 		return nil, err
 	}
-	s := &workerSet{sched: make([]sched.Worker, len(ws)), byID: make(map[string]workerAddr, len(ws))}
+	s := &workerSet{sched: make([]sched.Worker, len(ws)), byID: make(map[string]workerAddr, len(ws)),
+		kv: make([]kvevents.Endpoint, len(ws))}
 	for i, w := range ws {
 		ap, _ := parseAddress(w.Address) // validated above
 		s.sched[i] = sched.Worker{
@@ -303,6 +334,8 @@ func newWorkerSet(ws []Worker) (*workerSet, error) {
 		s.byID[w.ID] = workerAddr{address: ap.String(), ranks: max(w.DPSize, 1)}
 		u, _ := enginemetrics.ResolveURL(ap.String(), w.MetricsURL) // validated above
 		s.targets = append(s.targets, enginemetrics.Target{Worker: w.ID, URL: u, DPStart: w.DPStartRank, DPSize: w.DPSize})
+		s.kv[i] = kvevents.Endpoint{Worker: w.ID, Model: w.Model, Address: ap.Addr().String(),
+			Endpoint: w.KVEventsEndpoint, Replay: w.KVEventsReplayEndpoint, DPStart: w.DPStartRank, DPSize: w.DPSize}
 	}
 	return s, nil
 }

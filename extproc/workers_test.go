@@ -28,6 +28,8 @@ workers:
   dp_start_rank: 4
   taints: [gpu-h100]
   model: llama
+  kv_events_endpoint: tcp://10.0.0.7:5557
+  kv_events_replay_endpoint: tcp://10.0.0.7:5558
 - id: w1
   address: "[fd00::1]:8000"
   metrics_url: ":9400/engine"
@@ -36,7 +38,8 @@ workers:
 		t.Fatal(err)
 	}
 	want := []Worker{
-		{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 32, MaxNumBatchedTokens: 8192, DPSize: 2, DPStartRank: 4, Taints: []string{"gpu-h100"}, Model: "llama"},
+		{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 32, MaxNumBatchedTokens: 8192, DPSize: 2, DPStartRank: 4, Taints: []string{"gpu-h100"}, Model: "llama",
+			KVEventsEndpoint: "tcp://10.0.0.7:5557", KVEventsReplayEndpoint: "tcp://10.0.0.7:5558"},
 		{ID: "w1", Address: "[fd00::1]:8000", MetricsURL: ":9400/engine"},
 	}
 	if diff := cmp.Diff(want, ws); diff != "" {
@@ -81,6 +84,8 @@ func TestParseWorkers_Rejects(t *testing.T) {
 		{"missing id and address", "workers:\n- {model: m}\n", []string{"worker 0: id is required", "address is required"}},
 		{"rank overflow", "workers:\n- {id: w0, address: 10.0.0.1:80, dp_start_rank: 4294967295, dp_size: 2}\n", []string{"overflows"}},
 		{"dp_size too large", "workers:\n- {id: w0, address: 10.0.0.1:80, dp_size: 16385}\n", []string{`worker "w0": dp_size 16385 exceeds 16384`}},
+		{"kv events endpoint without a scheme", "workers:\n- {id: w0, address: 10.0.0.1:80, kv_events_endpoint: 10.0.0.1:5557}\n", []string{"kv_events_endpoint", "tcp://"}},
+		{"replay without events", "workers:\n- {id: w0, address: 10.0.0.1:80, kv_events_replay_endpoint: tcp://10.0.0.1:5558}\n", []string{"kv_events_replay_endpoint without kv_events_endpoint"}},
 		{"float", "workers:\n- {id: w0, address: 10.0.0.1:80, max_running_requests: 1.5}\n", []string{"max_running_requests"}},
 		{"metrics url scheme", "workers:\n- {id: w0, address: 10.0.0.1:80, metrics_url: \"ftp://x/m\"}\n", []string{`worker "w0"`, "metrics url", "http or https"}},
 	}

@@ -67,6 +67,7 @@ type options struct {
 
 	discovery discoveryOptions
 	engine    engineOptions
+	kvEvents  kvEventsOptions
 }
 
 // stringList is a repeatable string flag.
@@ -147,6 +148,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	fs.DurationVar(&o.firstMessageTimeout, "first-message-timeout", extproc.DefaultFirstMessageTimeout, "how long an ext_proc stream may stay open without sending its first message")
 	registerDiscoveryFlags(fs, &o.discovery)
 	registerEngineFlags(fs, &o.engine)
+	registerKVEventsFlags(fs, &o.kvEvents)
 	return fs
 }
 
@@ -265,6 +267,7 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 		add(err)
 	}
 	add(o.discovery.validate(o))
+	add(o.kvEvents.validate())
 	add(cfg.Validate())
 	if len(errs) == 0 && cfg.GRPC.TLSCert != "" {
 		_, err := extproc.ServerOptions(cfg) // loads the certificate, key and client CA

@@ -49,6 +49,14 @@ type listening func(grpcAddr, metricsAddr string)
 
 // serve runs the server described by st until ctx ends, then drains.
 func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up listening) error {
+	kv, err := o.kvEvents.manager(int(st.cfg.Sched.BlockSize), log)
+	if err != nil {
+		return err
+	}
+	if kv != nil {
+		defer kv.Close()
+		st.cfg.KVEvents = kv
+	}
 	srv, err := extproc.New(st.cfg, st.workers)
 	if err != nil {
 		return err

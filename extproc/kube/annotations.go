@@ -3,6 +3,7 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/enginemetrics"
+	"github.com/tollgate/tollgate/extproc/kvevents"
 )
 
 // Pod annotations that describe a worker. A pod without one gets the
@@ -41,6 +43,12 @@ const (
 	// ":PORT/PATH" or "/PATH" relative to the pod IP and port, or an
 	// absolute http(s) URL. Without it: http://POD_IP:PORT/metrics.
 	AnnotationMetricsURL = "tollgate.io/metrics-url"
+	// AnnotationKVEventsEndpoint is the engine's KV-event PUB endpoint: a
+	// port of the pod's IP, or tcp://IP:PORT.
+	AnnotationKVEventsEndpoint = "tollgate.io/kv-events-endpoint"
+	// AnnotationKVEventsReplayEndpoint is the engine's replay endpoint,
+	// written the same way.
+	AnnotationKVEventsReplayEndpoint = "tollgate.io/kv-events-replay-endpoint"
 
 	// annotationPrefix is the prefix every annotation above shares.
 	annotationPrefix = "tollgate.io/"
@@ -58,6 +66,7 @@ const maxWorkerIDLen = 253
 var knownAnnotations = []string{
 	AnnotationWorkerID, AnnotationMaxRunningRequests, AnnotationMaxNumBatchedTokens,
 	AnnotationDPSize, AnnotationDPStartRank, AnnotationTaints, AnnotationModel, AnnotationMetricsURL,
+	AnnotationKVEventsEndpoint, AnnotationKVEventsReplayEndpoint,
 }
 
 // Defaults is what a worker gets for each annotation its pod lacks. Zero
@@ -161,10 +170,37 @@ func podWorker(pod *corev1.Pod, d Defaults) (extproc.Worker, error) {
 		}
 		w.MetricsURL = v
 	}
+	for _, a := range []struct {
+		key string
+		dst *string
+	}{{AnnotationKVEventsEndpoint, &w.KVEventsEndpoint}, {AnnotationKVEventsReplayEndpoint, &w.KVEventsReplayEndpoint}} {
+		if v, ok := ann[a.key]; ok {
+			ep, err := kvEndpoint(v, pod.Status.PodIP)
+			if err != nil {
+				bad(a.key, "%v", err)
+			}
+			*a.dst = ep
+		}
+	}
 	if len(errs) > 0 {
 		return extproc.Worker{}, errors.Join(errs...)
 	}
 	return w, nil
+}
+
+// kvEndpoint resolves a KV-event endpoint annotation: a bare port means
+// that port of the pod's IP.
+func kvEndpoint(v, podIP string) (string, error) {
+	if port, err := strconv.ParseUint(v, 10, 16); err == nil {
+		if podIP == "" || port == 0 {
+			return "", errors.New("a port needs the pod's IP and must not be 0")
+		}
+		return "tcp://" + net.JoinHostPort(podIP, v), nil
+	}
+	if err := kvevents.CheckEndpoint(v); err != nil {
+		return "", err
+	}
+	return v, nil
 }
 
 // unknownAnnotations returns the tollgate.io/ annotation keys of pod that

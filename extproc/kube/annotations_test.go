@@ -37,6 +37,12 @@ func TestPodWorker_AnnotationsOverrideDefaults(t *testing.T) {
 				DPStartRank: 8, Taints: []string{"h100", "long-context"}, Model: "qwen", MetricsURL: ":9400/metrics"},
 		},
 		{
+			name: "kv events on a port of the pod's IP, replay as a full endpoint",
+			give: []string{AnnotationKVEventsEndpoint, "5557", AnnotationKVEventsReplayEndpoint, "tcp://10.0.0.9:5558"},
+			want: extproc.Worker{ID: "llm/p0", MaxRunningRequests: 32, MaxNumBatchedTokens: 8192, DPSize: 2, Model: "llama",
+				KVEventsEndpoint: "tcp://10.0.0.1:5557", KVEventsReplayEndpoint: "tcp://10.0.0.9:5558"},
+		},
+		{
 			name: "empty model serves every model and empty taints are none",
 			give: []string{AnnotationModel, "", AnnotationTaints, ""},
 			want: extproc.Worker{ID: "llm/p0", MaxRunningRequests: 32, MaxNumBatchedTokens: 8192, DPSize: 2},
@@ -73,6 +79,8 @@ func TestPodWorker_BadAnnotationExcludesThePod(t *testing.T) {
 		{"empty taint", []string{AnnotationTaints, "a,,b"}, []string{"empty taint"}},
 		{"model with spaces", []string{AnnotationModel, " llama"}, []string{"surrounding whitespace"}},
 		{"metrics url not http", []string{AnnotationMetricsURL, "tcp://x:1"}, []string{"tollgate.io/metrics-url", "http or https"}},
+		{"kv events endpoint without a scheme", []string{AnnotationKVEventsEndpoint, "10.0.0.1:5557"}, []string{"kv-events-endpoint", "tcp://"}},
+		{"kv events port 0", []string{AnnotationKVEventsReplayEndpoint, "0"}, []string{"kv-events-replay-endpoint"}},
 		{"every problem is reported", []string{AnnotationMaxRunningRequests, "x", AnnotationDPSize, "0"}, []string{"max-running-requests", "dp-size"}},
 	}
 	for _, tt := range tests {

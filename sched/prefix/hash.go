@@ -37,7 +37,13 @@ func HashTokens(model string, ids []uint32, blockSize int, dst []uint64) []uint6
 	if blockSize <= 0 {
 		return dst
 	}
-	h := seed(domainTokens, model)
+	return chainTokens(seed(domainTokens, model), ids, blockSize, dst)
+}
+
+// chainTokens continues a token chain from parent (the seed, or the hash of
+// the block before ids): it appends the hashes of the full blocks of ids.
+func chainTokens(parent uint64, ids []uint32, blockSize int, dst []uint64) []uint64 {
+	h := parent
 	for len(ids) >= blockSize {
 		block := ids[:blockSize]
 		ids = ids[blockSize:]

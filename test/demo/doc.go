@@ -2,7 +2,7 @@
 // tollgate is for. It runs the real ext_proc server (package extproc) with
 // the real scheduler, a simulated Envoy (test/envoysim) in front of it and
 // simulated vLLM workers (test/mockworker) behind it, all on loopback, and
-// drives two scenarios through them:
+// drives three scenarios through them:
 //
 //   - premium: NVIDIA Dynamo's premium/regular policy-class experiment. One
 //     worker with four sequences, 320 premium and 320 regular requests of
@@ -18,6 +18,12 @@
 //     without a tenant policy has its system header clamped to default, and
 //     an interactive burst that finds no slot preempts one bulk job that has
 //     not produced its first token.
+//   - kvevents: 24 chat sessions of 6 turns sharing 3 system prompts on 4
+//     workers whose prefix caches hold 2,560 tokens, while clients that do
+//     not go through tollgate evict conversations; run with tollgate's
+//     approximate prefix index, then with the workers' KV events. The table
+//     compares the cached-token estimate with the cached_tokens each worker
+//     reports, the hit rate and the time to first token.
 //
 // Each scenario prints a live progress line, a result table, and an SVG
 // chart of cumulative completions per class over time (WriteSVG). Serve

@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 )
 
 // Scenario names accepted by Options.Scenario.
@@ -15,7 +17,11 @@ const (
 	ScenarioPremium  = "premium"
 	ScenarioPriority = "priority"
 	ScenarioEngine   = "engine"
+	ScenarioKVEvents = "kvevents"
 )
+
+// Scenarios lists the scenarios in the order ScenarioAll runs them.
+var Scenarios = []string{ScenarioPremium, ScenarioPriority, ScenarioEngine, ScenarioKVEvents}
 
 // DefaultOut is the directory the charts are written to by default.
 const DefaultOut = "demo-out"
@@ -43,6 +49,7 @@ type Options struct {
 	Out string
 	// Scenario is ScenarioAll, ScenarioPremium, ScenarioPriority or
 	// ScenarioEngine. Empty
+	// ScenarioKVEvents. Empty
 	// means ScenarioAll.
 	Scenario string
 	// Speed multiplies the simulated workers' prefill and decode rates (and
@@ -103,10 +110,8 @@ func (o Options) validate() error {
 	if o.Stdout == nil {
 		errs = append(errs, errors.New("demo: no output writer"))
 	}
-	switch o.Scenario {
-	case "", ScenarioAll, ScenarioPremium, ScenarioPriority, ScenarioEngine:
-	default:
-		errs = append(errs, fmt.Errorf("demo: unknown scenario %q (want %s, %s, %s or %s)", o.Scenario, ScenarioAll, ScenarioPremium, ScenarioPriority, ScenarioEngine))
+	if o.Scenario != "" && o.Scenario != ScenarioAll && !slices.Contains(Scenarios, o.Scenario) {
+		errs = append(errs, fmt.Errorf("demo: unknown scenario %q (want %s or one of %s)", o.Scenario, ScenarioAll, strings.Join(Scenarios, ", ")))
 	}
 	if o.Speed < 0 || math.IsNaN(o.Speed) || math.IsInf(o.Speed, 0) {
 		errs = append(errs, fmt.Errorf("demo: speed must be a positive number, got %v", o.Speed))

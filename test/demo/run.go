@@ -76,6 +76,21 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	if o.Scenario == ScenarioAll || o.Scenario == ScenarioKVEvents {
+		fmt.Fprintf(w, "\n== 4. Prefix cache: the approximate index against the engines' KV events\n")
+		fmt.Fprintf(w, "%d chat sessions of %d turns share %d system prompts of %d tokens on %d workers whose prefix caches hold\n",
+			kvSessions, kvTurns, kvSystems, kvSystemToks, kvWorkers)
+		fmt.Fprintf(w, "%d tokens each, so they evict. Run once with tollgate's own record of what it routed, then with the\n", kvCacheBlocks*16)
+		fmt.Fprintf(w, "engines' KV events; the estimate is compared with the cached_tokens each worker reports in usage.\n\n")
+		arms, err := runKVEvents(ctx, kvConfig{speed: o.Speed, seed: o.Seed, stdout: w, log: log})
+		if err != nil {
+			return interrupted(ctx, err)
+		}
+		printKVEvents(w, arms)
+		if err := writeChart(w, filepath.Join(o.Out, "kvevents.svg"), kvChart(arms)); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(w, "\ndemo finished in %.1fs\n", time.Since(start).Seconds())
 	return nil
 }

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/kvevents"
 	"github.com/tollgate/tollgate/test/envoysim"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
@@ -52,6 +54,11 @@ type workerSpec struct {
 	// naming is the workers' metrics naming (vllm or sglang); empty means
 	// vllm.
 	naming string
+	// cacheBlocks is each worker's prefix-cache size; 0 means 65536.
+	cacheBlocks int
+	// kvEvents makes the workers publish KV events and tollgate price
+	// and route with them.
+	kvEvents bool
 }
 
 // simWorker is one mock worker behind its own HTTP server.
@@ -74,6 +81,7 @@ type stack struct {
 	workers     []*simWorker
 	sim         *envoysim.Sim
 
+	kv      *kvevents.Manager
 	stopRun context.CancelFunc
 	wg      sync.WaitGroup
 }
@@ -110,18 +118,26 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 			return st, err
 		}
 		st.workers = append(st.workers, sw)
-		workers = append(workers, extproc.Worker{
+		ew := extproc.Worker{
 			ID:                  sw.id,
 			Address:             sw.addr,
 			MaxRunningRequests:  uint32(ws.maxNumSeqs),
 			MaxNumBatchedTokens: ws.maxBatchedTokens,
 			Model:               demoModel,
-		})
+		}
+		ew.KVEventsEndpoint, ew.KVEventsReplayEndpoint = sw.w.KVEventEndpoints()
+		workers = append(workers, ew)
 	}
 
 	cfg, err := spec.build(log)
 	if err != nil {
 		return st, err
+	}
+	if ws.kvEvents {
+		if st.kv, err = kvevents.New(kvevents.Config{BlockSize: int(cfg.Sched.BlockSize), Logger: log}); err != nil {
+			return st, err
+		}
+		cfg.KVEvents = st.kv
 	}
 	return st, st.startServer(ctx, cfg, workers)
 }
@@ -176,6 +192,11 @@ func (st *stack) startServer(ctx context.Context, cfg extproc.Config, workers []
 // startWorker starts one mock worker on 127.0.0.1:0 behind a handler that
 // echoes the routing header back in HeaderEndpoint.
 func startWorker(ctx context.Context, id string, ws workerSpec, speed float64, log *slog.Logger) (*simWorker, error) {
+	var kv *mockworker.KVEventsConfig
+	if ws.kvEvents {
+		kv = &mockworker.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0",
+			Topic: "kv@" + id + "@" + demoModel}
+	}
 	w, err := mockworker.New(mockworker.Config{
 		ID:                  id,
 		Model:               demoModel,
@@ -183,7 +204,8 @@ func startWorker(ctx context.Context, id string, ws workerSpec, speed float64, l
 		PrefillTokensPerSec: ws.prefillRate,
 		DecodeTokensPerSec:  ws.decodeRate,
 		Speed:               speed,
-		CacheBlocks:         1 << 16,
+		CacheBlocks:         cmp.Or(ws.cacheBlocks, 1<<16),
+		KVEvents:            kv,
 		MaxRecords:          1 << 14,
 		Hold:                ws.hold,
 		MetricsNaming:       ws.naming,
@@ -254,6 +276,9 @@ func (st *stack) close() {
 		st.srv.Wait()
 	}
 	st.wg.Wait()
+	if st.kv != nil {
+		st.kv.Close()
+	}
 }
 
 // close cancels the worker's requests, then stops its server.

@@ -20,13 +20,18 @@ import (
 
 	"github.com/tollgate/tollgate/envoy"
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/kvevents"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 	"github.com/tollgate/tollgate/test/envoysim"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// go-zeromq/zmq4's PUB socket never stops its writer goroutine on
+	// Close (v0.17.0); only the mock engines publish.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
+}
 
 const model = "llama"
 
@@ -84,6 +89,12 @@ type options struct {
 	// anyModel lists the workers without a model, so that tollgate routes
 	// every name to them (the default of Kubernetes discovery).
 	anyModel bool
+	// kvEvents makes every worker publish KV events (with a replay
+	// socket) and tollgate subscribe to them.
+	kvEvents bool
+	// kvEndpoints names, by worker index, KV-event endpoints published by
+	// something other than the worker (tollgate then subscribes to them).
+	kvEndpoints map[int][2]string
 }
 
 // stack is tollgate between a simulated Envoy and mock workers.
@@ -94,6 +105,7 @@ type stack struct {
 	workers []*mockworker.Worker
 	gate    *mockworker.Gate
 	list    []extproc.Worker
+	kv      *kvevents.Manager
 }
 
 func newStack(t *testing.T, o options) *stack {
@@ -122,17 +134,25 @@ func newStack(t *testing.T, o options) *stack {
 				return nil
 			}
 		}
+		if o.kvEvents {
+			wc.CacheBlocks = kvCacheBlocks
+			wc.KVEvents = &mockworker.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
+		}
 		w := mockworker.Start(t, wc)
 		st.workers = append(st.workers, w)
 		addr := w.Addr()
 		if o.deadWorker {
 			addr = deadAddress(t)
 		}
-		listed := extproc.Worker{ID: wc.ID, Address: addr, MaxRunningRequests: o.maxRunning, Model: model}
+		ew := extproc.Worker{ID: wc.ID, Address: addr, MaxRunningRequests: o.maxRunning, Model: model}
 		if o.anyModel {
-			listed.Model = ""
+			ew.Model = ""
 		}
-		st.list = append(st.list, listed)
+		ew.KVEventsEndpoint, ew.KVEventsReplayEndpoint = w.KVEventEndpoints()
+		if ep, ok := o.kvEndpoints[i]; ok {
+			ew.KVEventsEndpoint, ew.KVEventsReplayEndpoint = ep[0], ep[1]
+		}
+		st.list = append(st.list, ew)
 	}
 	cfg := extproc.Config{
 		EnvoyMessageTimeout:    o.messageTimeout,
@@ -140,6 +160,17 @@ func newStack(t *testing.T, o options) *stack {
 		EnvoyTimeoutMargin:     min(100*time.Millisecond, o.messageTimeout/4),
 		DrainDelay:             -1,
 		ShutdownTimeout:        10 * time.Second,
+	}
+	if o.kvEvents || len(o.kvEndpoints) > 0 {
+		// A short speculative TTL: the tests check what the engines report,
+		// not what tollgate routed a moment ago.
+		kv, err := kvevents.New(kvevents.Config{BlockSize: sched.DefaultBlockSize, SpeculativeTTL: time.Millisecond,
+			ReconnectDelay: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(kv.Close)
+		st.kv, cfg.KVEvents = kv, kv
 	}
 	if o.config != nil {
 		o.config(&cfg)

@@ -72,8 +72,10 @@ func (c *prefixCache) lookup(hashes []uint64) int {
 }
 
 // insert caches every block of hashes, evicting the least recently used
-// blocks beyond capacity.
-func (c *prefixCache) insert(hashes []uint64) {
+// blocks beyond capacity. It reports which blocks were new and which hashes
+// were evicted, for the KV events.
+func (c *prefixCache) insert(hashes []uint64) (inserted []bool, evicted []uint64) {
+	inserted = make([]bool, len(hashes))
 	for i := len(hashes) - 1; i >= 0; i-- {
 		h := hashes[i]
 		if e, ok := c.index[h]; ok {
@@ -81,12 +83,22 @@ func (c *prefixCache) insert(hashes []uint64) {
 			continue
 		}
 		c.index[h] = c.lru.PushFront(h)
+		inserted[i] = true
 		if c.lru.Len() > c.capacity {
 			oldest := c.lru.Back()
 			c.lru.Remove(oldest)
-			delete(c.index, oldest.Value.(uint64))
+			old := oldest.Value.(uint64)
+			delete(c.index, old)
+			evicted = append(evicted, old)
 		}
 	}
+	return inserted, evicted
+}
+
+// clear empties the cache.
+func (c *prefixCache) clear() {
+	c.lru.Init()
+	clear(c.index)
 }
 
 // len returns the number of cached blocks.

@@ -87,6 +87,9 @@ type Config struct {
 	// consecutive ranks behind one metrics endpoint simulate a DP engine
 	// (see MetricsHandler).
 	DPRank int
+	// KVEvents, when set, publishes the prefix cache's changes as vLLM KV
+	// events. Optional.
+	KVEvents *KVEventsConfig
 }
 
 // Validate reports every invalid field, joined, or nil if cfg is usable.

@@ -30,6 +30,20 @@
 // hit length is reported as usage.prompt_tokens_details.cached_tokens and
 // removed from the prefill work.
 //
+// # KV events
+//
+// With Config.KVEvents the worker publishes its prefix cache's changes in
+// vLLM's KV-event format: a ZMQ PUB socket sending [topic, 8-byte big-endian
+// sequence, msgpack batch], the sequence from 0 and +1 per batch; a
+// BlockStored per run of newly cached blocks (its token ids, the parent's
+// hash), a BlockRemoved for evictions; batches and events as positional
+// arrays or "type"-tagged maps, hashes as integers or digest bytes; an
+// optional ROUTER replay socket answering [empty, start sequence] with the
+// buffered batches and an end marker; a DP rank offsetting both ports.
+// RestartEngine empties the cache and restarts the sequence with an
+// AllBlocksCleared batch; DropKVBatches loses batches (they stay in the
+// replay buffer) to make a subscriber see a gap.
+//
 // # Observability
 //
 // Stats counts requests received, started, finished and cancelled, the

@@ -26,6 +26,7 @@ type engine struct {
 	running int
 	waiting *list.List // Of *waiter, oldest first.
 	cache   *prefixCache
+	pub     *publisher // nil without KV events
 	stats   Stats
 	records *recordLog
 	// changed is closed and replaced on every state change (Await).
@@ -82,7 +83,10 @@ func (e *engine) run(ctx context.Context, info RequestInfo, tokens []int, emit f
 		return e.end(rec, err)
 	}
 	e.mu.Lock()
-	e.cache.insert(hashes)
+	inserted, evicted := e.cache.insert(hashes)
+	if e.pub != nil {
+		e.pub.publish(cacheEvents(tokens, hashes, inserted, evicted, e.cfg.BlockSize))
+	}
 	e.stats.PromptTokens += len(tokens)
 	e.stats.CachedTokens += cached
 	e.stats.CachedBlocks = e.cache.len()

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate/tollgate/extproc/kvevents"
 )
 
 // Worker is one simulated vLLM engine behind an OpenAI-compatible HTTP API.
@@ -47,6 +49,13 @@ func New(cfg Config) (*Worker, error) {
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.metrics = newMetrics(cfg, func() Stats { return w.engine.statsSnapshot() })
 	w.engine = newEngine(cfg, w.metrics)
+	if cfg.KVEvents != nil {
+		pub, err := newPublisher(*cfg.KVEvents)
+		if err != nil {
+			return nil, err
+		}
+		w.engine.pub = pub
+	}
 	w.handler = w.routes()
 	return w, nil
 }
@@ -133,6 +142,9 @@ func (w *Worker) Close() error {
 		w.serving.Wait()
 	}
 	w.inflight.Wait()
+	if w.engine.pub != nil {
+		w.engine.pub.close()
+	}
 	if err != nil {
 		return fmt.Errorf("mockworker: close: %w", err)
 	}
@@ -185,4 +197,36 @@ func (w *Worker) requestID(h http.Header) string {
 		return id
 	}
 	return w.cfg.ID + "-" + strconv.FormatUint(w.nextID.Add(1), 10)
+}
+
+// KVEventEndpoints returns the bound KV-event PUB and replay endpoints
+// (tcp://IP:PORT), empty when not configured or not bound.
+func (w *Worker) KVEventEndpoints() (pub, replay string) {
+	if w.engine.pub == nil {
+		return "", ""
+	}
+	return w.engine.pub.endpoints()
+}
+
+// RestartEngine simulates an engine restart: the prefix cache is emptied,
+// the KV-event sequence starts again at 0 with an empty replay buffer, and
+// an AllBlocksCleared batch is published.
+func (w *Worker) RestartEngine() {
+	e := w.engine
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.cache.clear()
+	e.stats.CachedBlocks = 0
+	if e.pub != nil {
+		e.pub.restart()
+		e.pub.publish([]kvevents.Event{{Kind: kvevents.KindCleared}})
+	}
+}
+
+// DropKVBatches makes the next n KV-event batches go unsent while staying
+// in the replay buffer, so that a subscriber sees a sequence gap.
+func (w *Worker) DropKVBatches(n int) {
+	if w.engine.pub != nil {
+		w.engine.pub.dropNext(n)
+	}
 }

@@ -3,7 +3,7 @@
 //
 //	go run ./test/bench/cmd/tollbench run [-out bench-out] [-profile]
 //
-// The run subcommand (the default) goes through five phases, printing
+// The run subcommand (the default) goes through six phases, printing
 // progress on stderr, and writes the table to stdout and to
 // <out>/results.md, with the raw outputs, logs and profiles next to it:
 //
@@ -23,7 +23,10 @@
 //  4. tokenizers: `go test -bench` on ./extproc/tokenize;
 //  5. engine metrics: the scraper's CPU per worker per second at 256
 //     workers (`go test -bench` on ./extproc/enginemetrics);
-//  6. with -profile, CPU and allocation profiles of the extproc server code
+//  6. KV events: decode+index ingest rate (./extproc/kvevents), the exact
+//     prefix index's lookup latency and its memory per cached block
+//     (./sched/prefix);
+//  7. with -profile, CPU and allocation profiles of the extproc server code
 //     under the BUFFERED load at the highest concurrency, taken from a
 //     harness build of the server (the serve subcommand) since the tollgate
 //     binary has no profiling endpoint.

@@ -107,6 +107,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	r.phase(ctx, "held", r.heldPhase)
 	r.phase(ctx, "tokenize", r.tokenizePhase)
 	r.phase(ctx, "engine", r.enginePhase)
+	r.phase(ctx, "kvevents", r.kvEventsPhase)
 	if o.profile {
 		r.phase(ctx, "profile", r.profilePhase)
 	}

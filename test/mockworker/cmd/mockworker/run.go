@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/tollgate/tollgate/extproc/kvevents"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 
@@ -24,6 +25,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		cfg      mockworker.Config
 		addr     string
 		logLevel slog.Level
+		kv       mockworker.KVEventsConfig
+		kvShape  string
+		dpRank   int
 	)
 	fs.StringVar(&addr, "addr", "127.0.0.1:8000", "TCP address to listen on")
 	fs.StringVar(&cfg.ID, "id", mockworker.DefaultID, "worker id, used in logs and generated request ids")
@@ -39,6 +43,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.IntVar(&cfg.MaxRecords, "max-records", mockworker.DefaultMaxRecords, "per-request records kept in memory")
 	fs.IntVar(&cfg.MaxBodyBytes, "max-body-bytes", mockworker.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.StringVar(&kv.Endpoint, "kv-events-endpoint", "", "publish vLLM KV events on this ZMQ endpoint (tcp://IP:PORT; bound unless --kv-events-connect)")
+	fs.StringVar(&kv.ReplayEndpoint, "kv-events-replay-endpoint", "", "bind vLLM's replay ROUTER socket here")
+	fs.BoolVar(&kv.Connect, "kv-events-connect", false, "connect the PUB socket to --kv-events-endpoint (a subscriber's bind mode)")
+	fs.StringVar(&kv.Topic, "kv-events-topic", "", "topic frame of every message, e.g. kv@<pod>@<model>")
+	fs.StringVar(&kvShape, "kv-events-shape", "array", "batch and event shape: array (positional, vLLM before #42892) or map (\"type\"-tagged)")
+	fs.BoolVar(&kv.Encoding.ByteHashes, "kv-events-byte-hashes", false, "send block hashes as digest bytes instead of integers")
+	fs.IntVar(&dpRank, "dp-rank", -1, "data-parallel rank: sent in every batch, and offsets the KV-event ports by it (-1: none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -47,6 +58,21 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if kv.Endpoint != "" {
+		switch kvShape {
+		case "array":
+			kv.Encoding.Shape = kvevents.ShapeArray
+		case "map":
+			kv.Encoding.Shape = kvevents.ShapeMap
+		default:
+			return fmt.Errorf("--kv-events-shape %q: want array or map", kvShape)
+		}
+		if dpRank >= 0 {
+			r := uint32(dpRank)
+			kv.DPRank = &r
+		}
+		cfg.KVEvents = &kv
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -1,0 +1,190 @@
+package kvevents
+
+import (
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func sampleBatch() *Batch {
+	return &Batch{TS: 1.5, Rank: 2, HasRank: true, Events: []Event{
+		{Kind: KindStored, Hashes: []uint64{0xFFFFFFFFFFFFFFF0, 7}, Tokens: []uint32{1, 2, 3, 4, 5, 6, 7, 8}, BlockSize: 4, Medium: "GPU", LoraName: "ad"},
+		{Kind: KindStored, Hashes: []uint64{9}, Parent: 7, HasParent: true, Tokens: []uint32{9, 10, 11, 12}, BlockSize: 4},
+		{Kind: KindRemoved, Hashes: []uint64{7}, Medium: "CPU"},
+		{Kind: KindCleared},
+	}}
+}
+
+var cmpBatch = cmp.Options{cmpopts.EquateEmpty()}
+
+func TestDecodeRoundTrip(t *testing.T) {
+	want := sampleBatch()
+	for _, enc := range []Encoding{{ShapeArray, false}, {ShapeArray, true}, {ShapeMap, false}, {ShapeMap, true}} {
+		var got Batch
+		if err := NewDecoder().Decode(Encode(want, enc), &got); err != nil {
+			t.Fatalf("%+v: %v", enc, err)
+		}
+		if d := cmp.Diff(want, &got, cmpBatch); d != "" {
+			t.Errorf("%+v (-want +got):\n%s", enc, d)
+		}
+	}
+}
+
+// encodeValue marshals v with msgpack, for hand-built payloads.
+func encodeValue(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDecodeShapes(t *testing.T) {
+	digest := make([]byte, 32)
+	digest[31], digest[24] = 0x05, 0x80 // last 8 bytes: 0x8000000000000005
+	for _, tc := range []struct {
+		name    string
+		payload any
+		want    Batch
+	}{{
+		// vLLM 0.9-era: positional, only the first five BlockStored fields,
+		// no rank; a signed negative hash (SGLang's hash_str_to_int64).
+		name:    "positional short",
+		payload: []any{2.0, []any{[]any{"BlockStored", []any{int64(-2)}, nil, []any{1, 2}, 2, nil}}},
+		want:    Batch{TS: 2, Events: []Event{{Kind: KindStored, Hashes: []uint64{0xFFFFFFFFFFFFFFFE}, Tokens: []uint32{1, 2}, BlockSize: 2}}},
+	}, {
+		// Newest vLLM: a map batch, "type"-tagged events, byte digests,
+		// HMA fields, a field this decoder does not know.
+		name: "tagged map",
+		payload: map[string]any{"ts": 3.0, "data_parallel_rank": 1, "events": []any{
+			map[string]any{"type": "BlockStored", "block_hashes": []any{digest}, "parent_block_hash": digest[16:],
+				"token_ids": []any{5}, "block_size": 1, "group_idx": 1, "kv_cache_spec_kind": "sliding_window",
+				"kv_cache_spec_sliding_window": 128, "locality": "LOCAL", "extra_keys": []any{[]any{"ad", []any{"mm", 3}}}},
+			map[string]any{"block_hashes": []any{uint64(1)}, "type": "BlockRemoved", "group_idx": 1},
+		}},
+		want: Batch{TS: 3, Rank: 1, HasRank: true, Events: []Event{
+			{Kind: KindStored, Hashes: []uint64{0x8000000000000005}, Parent: 0x8000000000000005, HasParent: true, Tokens: []uint32{5}, BlockSize: 1,
+				Group: 1, HasGroup: true, SpecKind: "sliding_window", ExtraKeys: true},
+			{Kind: KindRemoved, Hashes: []uint64{1}, Group: 1, HasGroup: true},
+		}},
+	}, {
+		// An array batch holding tagged-map events (vLLM 0.26 with #42892).
+		name:    "array of maps",
+		payload: []any{1.0, []any{map[string]any{"type": "AllBlocksCleared"}}, 0},
+		want:    Batch{TS: 1, HasRank: true, Events: []Event{{Kind: KindCleared}}},
+	}, {
+		// LoRA name as the only extra key is not "extra".
+		name:    "lora extra key",
+		payload: []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{1}, 1, nil, "GPU", "ad", []any{[]any{"ad"}, nil}}}},
+		want:    Batch{TS: 1, Events: []Event{{Kind: KindStored, Hashes: []uint64{1}, Tokens: []uint32{1}, BlockSize: 1, Medium: "GPU", LoraName: "ad"}}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got Batch
+			if err := NewDecoder().Decode(encodeValue(t, tc.payload), &got); err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(&tc.want, &got, cmpBatch); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestDecodeMalformed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		payload []byte
+	}{
+		{"empty", nil},
+		{"scalar", encodeValue(t, 5)},
+		{"unknown tag", encodeValue(t, []any{1.0, []any{[]any{"BlockMoved"}}})},
+		{"untagged map", encodeValue(t, []any{1.0, []any{map[string]any{"block_hashes": []any{}}}})},
+		{"negative token", encodeValue(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{-1}, 1}}})},
+		{"huge token", encodeValue(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{int64(1) << 40}, 1}}})},
+		{"float hash", encodeValue(t, []any{1.0, []any{[]any{"BlockRemoved", []any{1.5}}}})},
+		{"nil hash", encodeValue(t, []any{1.0, []any{[]any{"BlockRemoved", []any{nil}}}})},
+		{"bad rank", encodeValue(t, []any{1.0, []any{}, -1})},
+		{"trailing", append(encodeValue(t, []any{1.0, []any{}}), 0xc0)},
+		{"lying length", mustHex("dd7fffffff")},
+		{"truncated", encodeValue(t, []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{1, 2, 3}, 1}}})[:12]},
+		{"deep", deep(100)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b Batch
+			err := NewDecoder().Decode(tc.payload, &b)
+			if !errors.Is(err, ErrMalformed) {
+				t.Errorf("Decode = %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+func mustHex(s string) []byte {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// deep returns a batch whose unknown third field nests n arrays.
+func deep(n int) []byte {
+	b := []byte{0x94, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x90, 0xc0}
+	for range n {
+		b = append(b, 0x91)
+	}
+	return append(b, 0xc0)
+}
+
+func TestDecodeReusesBuffers(t *testing.T) {
+	payload := Encode(sampleBatch(), Encoding{Shape: ShapeMap})
+	d := NewDecoder()
+	var b Batch
+	if err := d.Decode(payload, &b); err != nil {
+		t.Fatal(err)
+	}
+	if a := testing.AllocsPerRun(100, func() { _ = d.Decode(payload, &b) }); a > 0 {
+		t.Errorf("Decode allocates %v times per batch once warm", a)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(Encode(sampleBatch(), Encoding{Shape: ShapeArray}))
+	f.Add(Encode(sampleBatch(), Encoding{Shape: ShapeMap, ByteHashes: true}))
+	f.Add(deep(20))
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		var b Batch
+		d := NewDecoder()
+		if err := d.Decode(payload, &b); err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error not wrapping ErrMalformed: %v", err)
+			}
+			return
+		}
+		// Whatever decodes applies to an index without panicking, and the
+		// index stays consistent.
+		ix := NewIndex(1, 1<<10, 0)
+		var g int64 = -1
+		ix.Apply(time.Time{}, Stream{Worker: "w", Model: "m"}, &b, &g)
+		if p, _ := ix.Size(); p < 0 || p > 1<<10 {
+			t.Fatalf("index size %d", p)
+		}
+		ix.Clear("w", 0)
+		if p, h := ix.Size(); p != 0 || h != 0 {
+			t.Fatalf("after Clear: %d pairs, %d blocks", p, h)
+		}
+		// Re-encoding what was decoded decodes to the same.
+		var again Batch
+		for _, shape := range []Shape{ShapeArray, ShapeMap} {
+			if err := d.Decode(Encode(&b, Encoding{Shape: shape}), &again); err != nil {
+				t.Fatalf("re-encoded batch: %v", err)
+			}
+		}
+	})
+}
