@@ -27,18 +27,28 @@ type BPE struct {
 // one tokenizer serves one model family. Invalid UTF-8 is encoded as if
 // each bad byte were U+FFFD, as a JSON decoder would have delivered it.
 func (t *BPE) Encode(_, text string, dst []uint32) ([]uint32, int) {
+	return t.encode(text, dst, true)
+}
+
+// encode appends the ids of text, with the post-processor's special tokens
+// when special is set.
+func (t *BPE) encode(text string, dst []uint32, special bool) ([]uint32, int) {
 	if !utf8.ValidString(text) {
 		text = string([]rune(text))
 	}
 	start := len(dst)
-	dst = append(dst, t.prefix...)
+	if special {
+		dst = append(dst, t.prefix...)
+	}
 	ws := t.workspaces.Get().(*workspace)
 	t.added.split(text,
 		func(seg string, first bool) { dst = t.encodeSegment(ws, seg, first, dst) },
 		func(id uint32) { dst = append(dst, id) })
 	ws.trim()
 	t.workspaces.Put(ws)
-	dst = append(dst, t.suffix...)
+	if special {
+		dst = append(dst, t.suffix...)
+	}
 	return dst, len(dst) - start
 }
 
