@@ -158,3 +158,13 @@ func ExactFor(t Tokenizer, model string) bool {
 }
 
 func joinErrors(errs []error) error { return errors.Join(errs...) }
+
+// Kind names the kind of tokenizer that serves model: "estimate",
+// "tiktoken" or "hf" (the part of its spec before the colon).
+func Kind(t Tokenizer, model string) string {
+	if m, ok := t.(*Mapping); ok {
+		t = m.For(model)
+	}
+	name, _, _ := strings.Cut(t.Name(), ":")
+	return name
+}
