@@ -180,6 +180,7 @@ func TestDeployment(t *testing.T) {
 		"envoy-message-timeout":                "1s",
 		"envoy-max-message-timeout":            "310s",
 		"max-body-bytes":                       "8388608",
+		"tokenizer":                            "estimate",
 		"drain-delay":                          "5s",
 		"shutdown-timeout":                     "30s",
 		"log-level":                            "info",
