@@ -64,7 +64,19 @@ func (t *BPE) encodeSegment(ws *workspace, seg string, first bool, dst []uint32)
 		pieces = t.pre.split(ws, ws.pieces[:0], p)
 	}
 	for _, q := range pieces {
-		dst = t.model.encodeWord(ws, q, dst)
+		if t.pre == nil || q.bytes || !t.model.metaWords {
+			dst = t.model.encodeWord(ws, q, dst)
+			continue
+		}
+		// A char-level piece after a pre-tokenizer (Gemma's Split on " "
+		// comes after the normalizer turned spaces into ▁) is still cut
+		// into words where no merge can cross.
+		words := t.model.splitWords(ws.words[:0], q)
+		for _, w := range words {
+			dst = t.model.encodeWord(ws, w, dst)
+		}
+		clear(words)
+		ws.words = words[:0]
 	}
 	clear(pieces) // drop string references held by the pooled buffer
 	ws.pieces = pieces[:0]
@@ -79,6 +91,7 @@ type workspace struct {
 	runes  []rune
 	offs   []int
 	pieces []piece
+	words  []piece
 	tmp    []piece
 	spans  []span
 

@@ -57,7 +57,7 @@ const WORDS = [
   'العربية', 'עברית', 'हिन्दी', 'ไทย', 'Tiếng Việt', '🙂', '🚀', '👩‍💻', '🇯🇵', '∑', '√2', '≠', '→',
   '1234567', '3.14159', '0x1F', '2026-12-03', '$42.00', '100%', 'e.g.', 'i.e.', '...', '!!',
   'foo_bar', 'camelCase', 'snake_case', 'URL:', 'https://example.com/a?b=c', 'user@example.org',
-  '  ', '   ', '\t', '\n', '\n\n', ' \n ', '«', '»', '“quoted”', '‘single’', '—', '–', '…',
+  '  ', '   ', '\t', '\n', '\n\n', ' \n ', '«', '»', '“quoted”', '‘single’', '—', '–', '…', '<b> </b>', 'x >  </y',
 ];
 const CODE = [
   'func main() {\n\tfmt.Println("hi")\n}\n',
