@@ -204,7 +204,7 @@ func (x *exchange) compareUsage() {
 	}
 	x.compared = true
 	actual := float64(u.PromptTokens)
-	x.p.metrics.costError.Observe((float64(x.plan.estimate) - actual) / actual)
+	x.p.observeCostError(x.plan.req.Model, (float64(x.plan.estimate)-actual)/actual)
 	x.p.metrics.cachedError.Observe((float64(x.plan.cachedOn(x.target.worker)) - float64(u.CachedTokens)) / actual)
 	if !x.plan.exact && x.plan.textBytes > 0 {
 		x.p.tok.Observe(x.plan.req.Model, x.plan.textBytes, u.PromptTokens)

@@ -731,4 +731,17 @@ func TestExchange_UsageComparison(t *testing.T) {
 	if got := histogramSum(t, p.metrics, "tollgate_cost_estimate_error_ratio"); got != 0.25 {
 		t.Errorf("cost error sum %v, want 0.25", got)
 	}
+	mfs, _ := p.metrics.reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "tollgate_cost_estimate_error_ratio" {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range mf.GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["model"] != "llama" || labels["tokenizer"] != "estimate" {
+			t.Errorf("cost error labels %v, want model llama, tokenizer estimate", labels)
+		}
+	}
 }

@@ -54,7 +54,7 @@ type metrics struct {
 	decisionLatency prometheus.Histogram
 	admission       *prometheus.HistogramVec
 	queueWait       *prometheus.HistogramVec
-	costError       prometheus.Histogram
+	costError       *prometheus.HistogramVec
 	cachedError     prometheus.Histogram
 	rejections      *prometheus.CounterVec
 	budgetExpired   prometheus.Counter
@@ -99,11 +99,11 @@ func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metr
 			Help:    "Time requests that queued spent waiting, by model and Dynamo policy class.",
 			Buckets: queueWaitBuckets,
 		}, []string{"model", "policy_class"}),
-		costError: prometheus.NewHistogram(prometheus.HistogramOpts{
+		costError: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tollgate_cost_estimate_error_ratio",
-			Help:    "(estimated - actual) / actual prompt tokens, against the usage the worker reported.",
+			Help:    "(estimated - actual) / actual prompt tokens, against the usage the worker reported, by model and tokenizer kind (estimate, tiktoken, hf).",
 			Buckets: errorRatioBuckets,
-		}),
+		}, []string{"model", "tokenizer"}),
 		cachedError: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_cached_tokens_estimate_error_ratio",
 			Help:    "(estimated - actual) cached prompt tokens / actual prompt tokens, against the usage the worker reported.",

@@ -192,9 +192,12 @@ func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInf
 		pl.estimate, pl.exact = len(r.TokenIDs), true
 		pl.hashes = prefix.HashTokens(r.Model, r.TokenIDs, bs, nil)
 	case r.Text != "":
-		ids, n := p.tok.Encode(r.Model, r.Text, nil)
+		ids, n, exact, rej := promptTokens(p.tok, &r)
+		if rej != nil {
+			return nil, rej
+		}
 		pl.estimate = n
-		if p.tok.Exact() {
+		if exact {
 			pl.exact = true
 			pl.hashes = prefix.HashTokens(r.Model, ids, bs, nil)
 		} else {

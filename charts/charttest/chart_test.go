@@ -189,6 +189,7 @@ func TestDeployment(t *testing.T) {
 		"engine-saturation-kv":                 "0.8",
 		"engine-warm-start":                    "true",
 		"engine-capacity":                      "true",
+		"tokenizer":                            "estimate",
 		"drain-delay":                          "5s",
 		"shutdown-timeout":                     "30s",
 		"max-concurrent-streams":               "40000",

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/extproc"
-	"github.com/tollgate/tollgate/extproc/tokenize"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -51,6 +50,7 @@ type options struct {
 	forwardedForHops  int
 
 	tokenizer              string
+	modelTokenizers        stringList
 	envoyMessageTimeout    time.Duration
 	envoyMaxMessageTimeout time.Duration
 	maxBodyBytes           int
@@ -133,7 +133,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.clientIPSource, "client-ip-source", "source-address", "client address for ip: tenants: source-address (request attribute) or x-forwarded-for")
 	fs.IntVar(&o.forwardedForHops, "forwarded-for-trusted-hops", 0, "x-forwarded-for entries, from the right, added by trusted proxies")
 
-	fs.StringVar(&o.tokenizer, "tokenizer", "estimate", "prompt tokenizer: estimate, tiktoken:<encoding> or hf:<tokenizer.json>")
+	registerTokenizerFlags(fs, o)
 	fs.DurationVar(&o.envoyMessageTimeout, "envoy-message-timeout", extproc.DefaultEnvoyMessageTimeout, "Envoy's ext_proc message_timeout")
 	fs.DurationVar(&o.envoyMaxMessageTimeout, "envoy-max-message-timeout", extproc.DefaultEnvoyMaxMessageTimeout, "Envoy's max_message_timeout (0: overrides disabled)")
 	fs.IntVar(&o.maxBodyBytes, "max-body-bytes", extproc.DefaultMaxBodyBytes, "largest request body accepted (413 above)")
@@ -229,7 +229,7 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	add(err)
 	cfg.ClientIP = ip
 
-	tok, err := tokenize.New(o.tokenizer)
+	tok, err := o.buildTokenizer()
 	add(err)
 	cfg.Tokenizer = tok
 

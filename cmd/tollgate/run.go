@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 )
 
 const usageText = `tollgate is an Envoy ext_proc server that admits LLM inference requests
@@ -15,6 +16,7 @@ each to a worker with the x-gateway-destination-endpoint header.
 Usage:
   tollgate [serve] [flags]      serve ext_proc (the default)
   tollgate check-config [flags] validate every file and flag, print all problems
+  tollgate tokenize [flags]     print the prompt tokens of one request body (stdin)
   tollgate demo [flags]         run the self-contained demonstration
   tollgate help                 print this text
 
@@ -34,6 +36,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runServe(ctx, args, stdout, stderr)
 	case "check-config":
 		err = runCheckConfig(args, stdout, stderr)
+	case "tokenize":
+		err = runTokenize(args, stdin, stdout, stderr)
 	case "demo":
 		err = runDemo(ctx, args, stdout, stderr)
 	case "help":
@@ -55,6 +59,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 }
+
+// stdin is what tokenize reads; tests replace it.
+var stdin io.Reader = os.Stdin
 
 // errUsage marks an error already reported by the flag package.
 var errUsage = errors.New("usage error")

@@ -41,6 +41,10 @@ type Request struct {
 	// TokenIDs is the prompt as token ids, flattened across a batch, when
 	// the prompt is given as ids; its length is the exact prompt length.
 	TokenIDs []uint32
+	// Messages and Tools are the raw JSON of a chat request's messages and
+	// tools members, for rendering the model's chat template; nil for
+	// other kinds (and Tools when absent).
+	Messages, Tools []byte
 	// TextBytes is len(Text).
 	TextBytes int
 	// Hints are the routing and priority hints of the nvext extension.
@@ -178,6 +182,10 @@ func (r *Request) parsePrompt(kind Kind, b *body) *Error {
 	case KindEmbeddings:
 		return r.promptOrIDs(b.Input, "input", anyPrompt)
 	case KindChatCompletions:
+		r.Messages = b.Messages
+		if given(b.Tools) {
+			r.Tools = b.Tools
+		}
 		return r.renderChat(b.Messages, b.Tools)
 	case KindResponses:
 		return r.renderResponses(b.Input, b.Instructions, b.Tools)

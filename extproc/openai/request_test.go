@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func mustParse(t *testing.T, kind Kind, body string) *Request {
@@ -146,10 +147,28 @@ func TestParseShapes(t *testing.T) {
 			want := tc.want
 			want.Kind = tc.kind
 			want.TextBytes = len(want.Text)
-			if diff := cmp.Diff(&want, got); diff != "" {
+			// Messages and Tools are the raw members (TestParseChatRaw).
+			if diff := cmp.Diff(&want, got, cmpopts.IgnoreFields(Request{}, "Messages", "Tools")); diff != "" {
 				t.Errorf("Parse (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestParseChatRaw: a chat request keeps its messages and tools members
+// as sent, for the model's chat template; other kinds keep none.
+func TestParseChatRaw(t *testing.T) {
+	got := mustParse(t, KindChatCompletions, `{"model":"m","messages":[{"role":"user","content":"x"}], "tools": [{"type":"function"}]}`)
+	if string(got.Messages) != `[{"role":"user","content":"x"}]` || string(got.Tools) != `[{"type":"function"}]` {
+		t.Errorf("messages %s tools %s", got.Messages, got.Tools)
+	}
+	got = mustParse(t, KindChatCompletions, `{"model":"m","messages":[{"role":"user","content":"x"}],"tools":null}`)
+	if got.Tools != nil {
+		t.Errorf("null tools kept: %s", got.Tools)
+	}
+	got = mustParse(t, KindCompletions, `{"model":"m","prompt":"x","messages":[]}`)
+	if got.Messages != nil {
+		t.Errorf("completions kept messages: %s", got.Messages)
 	}
 }
 

@@ -28,7 +28,14 @@ type bpeModel struct {
 	// following ▁, and a text can be cut before each ▁ that follows
 	// another character without changing its encoding.
 	metaWords bool
+	// bridges are the few tokens that hold a ▁ after another character
+	// (Gemma 3 has one, ">▁</"): metaWords then holds with the exception
+	// that no cut is made where the text spells a bridge across it.
+	bridges []string
 }
+
+// maxBridges bounds the bridge tokens the word split tolerates.
+const maxBridges = 64
 
 // metaspace is SentencePiece's word marker.
 const metaspace = "\u2581"
@@ -107,7 +114,10 @@ func newBPE(m *hfModel) (*bpeModel, error) {
 	b.metaWords = true
 	for tok, id := range m.Vocab {
 		if b.metaWords && strings.Contains(strings.TrimLeft(tok, metaspace), metaspace) {
-			b.metaWords = false
+			b.bridges = append(b.bridges, tok)
+			if len(b.bridges) > maxBridges {
+				b.metaWords, b.bridges = false, nil
+			}
 		}
 		if id < 0 || id > 1<<31-1 {
 			return nil, fmt.Errorf("vocab token %q has id %d outside [0, 2^31)", tok, id)
@@ -163,13 +173,30 @@ func (b *bpeModel) splitWords(dst []piece, p piece) []piece {
 			break
 		}
 		i += j
-		if !strings.HasSuffix(s[:i], metaspace) {
+		if !strings.HasSuffix(s[:i], metaspace) && !b.bridged(s, i) {
 			dst = append(dst, piece{s: s[start:i], first: p.first && start == 0})
 			start = i
 		}
 		i += len(metaspace)
 	}
 	return append(dst, piece{s: s[start:], first: p.first && start == 0})
+}
+
+// bridged reports whether a bridge token is spelled in s across the cut
+// before the ▁ at i. No merge can join the two sides of a cut otherwise: a
+// merge across it would make a token holding a ▁ after another character.
+func (b *bpeModel) bridged(s string, i int) bool {
+	for _, t := range b.bridges {
+		for k := 1; k < len(t); k++ {
+			if !strings.HasPrefix(t[k:], metaspace) || strings.HasSuffix(t[:k], metaspace) {
+				continue
+			}
+			if i-k >= 0 && i-k+len(t) <= len(s) && s[i-k:i-k+len(t)] == t {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // charID returns the id of the one-rune token r, or -1.

@@ -10,7 +10,12 @@
 //     p50k_base, r50k_base), with ranks from the files embedded by the
 //     tiktoken-go loader; no network access ever. Ids equal tiktoken's
 //     (tests hold them to tiktoken-go).
-//   - hf:<path>: a HuggingFace tokenizer.json with a BPE model: byte-level
+//   - hf:<path>: a Hugging Face model directory (HFModel: tokenizer.json,
+//     tokenizer_config.json's special tokens, add_bos_token/add_eos_token
+//     and chat template, chat_template.jinja), or a bare tokenizer.json.
+//     Chat requests render the model's Jinja chat template (ChatTemplate,
+//     with github.com/ardanlabs/jinja) and encode it without adding
+//     special tokens (EncodePrompt). The tokenizer.json has a BPE model: byte-level
 //     BPE (GPT-2, Llama 3, Qwen, DeepSeek, gpt-oss style: ByteLevel and
 //     Split pre-tokenizers) and character BPE with byte fallback (Llama 2
 //     and Mistral style: Metaspace, or Prepend and Replace normalizers),
@@ -23,6 +28,9 @@
 // per worker buffer. The split patterns of GPT-2, cl100k (Llama 3), Qwen 2
 // and o200k have hand-written matchers that a differential test and a fuzz
 // target hold to the regexp engine; other patterns use the regexp engine.
+//
+// Mapping serves each model with its own tokenizer (--model-tokenizer) and
+// the rest with a default (--tokenizer).
 //
 // Every Tokenizer is safe for concurrent use: the stream goroutines share
 // one. Loading is the only slow step (o200k_base takes about a second).

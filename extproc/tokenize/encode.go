@@ -27,18 +27,28 @@ type BPE struct {
 // one tokenizer serves one model family. Invalid UTF-8 is encoded as if
 // each bad byte were U+FFFD, as a JSON decoder would have delivered it.
 func (t *BPE) Encode(_, text string, dst []uint32) ([]uint32, int) {
+	return t.encode(text, dst, true)
+}
+
+// encode appends the ids of text, with the post-processor's special tokens
+// when special is set.
+func (t *BPE) encode(text string, dst []uint32, special bool) ([]uint32, int) {
 	if !utf8.ValidString(text) {
 		text = string([]rune(text))
 	}
 	start := len(dst)
-	dst = append(dst, t.prefix...)
+	if special {
+		dst = append(dst, t.prefix...)
+	}
 	ws := t.workspaces.Get().(*workspace)
 	t.added.split(text,
 		func(seg string, first bool) { dst = t.encodeSegment(ws, seg, first, dst) },
 		func(id uint32) { dst = append(dst, id) })
 	ws.trim()
 	t.workspaces.Put(ws)
-	dst = append(dst, t.suffix...)
+	if special {
+		dst = append(dst, t.suffix...)
+	}
 	return dst, len(dst) - start
 }
 
@@ -54,7 +64,19 @@ func (t *BPE) encodeSegment(ws *workspace, seg string, first bool, dst []uint32)
 		pieces = t.pre.split(ws, ws.pieces[:0], p)
 	}
 	for _, q := range pieces {
-		dst = t.model.encodeWord(ws, q, dst)
+		if t.pre == nil || q.bytes || !t.model.metaWords {
+			dst = t.model.encodeWord(ws, q, dst)
+			continue
+		}
+		// A char-level piece after a pre-tokenizer (Gemma's Split on " "
+		// comes after the normalizer turned spaces into ▁) is still cut
+		// into words where no merge can cross.
+		words := t.model.splitWords(ws.words[:0], q)
+		for _, w := range words {
+			dst = t.model.encodeWord(ws, w, dst)
+		}
+		clear(words)
+		ws.words = words[:0]
 	}
 	clear(pieces) // drop string references held by the pooled buffer
 	ws.pieces = pieces[:0]
@@ -69,6 +91,7 @@ type workspace struct {
 	runes  []rune
 	offs   []int
 	pieces []piece
+	words  []piece
 	tmp    []piece
 	spans  []span
 

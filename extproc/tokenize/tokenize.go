@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -25,7 +26,9 @@ type Tokenizer interface {
 const DefaultSpec = "estimate"
 
 // New returns the tokenizer a --tokenizer spec names: "estimate" (or
-// empty), "tiktoken:<encoding>" or "hf:<path to tokenizer.json>".
+// empty), "tiktoken:<encoding>" or "hf:<path>", where path is a Hugging
+// Face model directory (tokenizer.json, tokenizer_config.json, optionally
+// chat_template.jinja) or a tokenizer.json file.
 func New(spec string) (Tokenizer, error) {
 	switch {
 	case spec == "" || spec == "estimate":
@@ -35,11 +38,14 @@ func New(spec string) (Tokenizer, error) {
 	case strings.HasPrefix(spec, "hf:"):
 		path := strings.TrimPrefix(spec, "hf:")
 		if path == "" {
-			return nil, fmt.Errorf("tokenizer %q: missing the path to tokenizer.json (hf:<path>)", spec)
+			return nil, fmt.Errorf("tokenizer %q: missing the path to a model directory or tokenizer.json (hf:<path>)", spec)
+		}
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			return LoadHFDir(path)
 		}
 		return LoadHF(path)
 	}
-	return nil, fmt.Errorf("unknown tokenizer %q: want estimate, tiktoken:<encoding> or hf:<path to tokenizer.json>", spec)
+	return nil, fmt.Errorf("unknown tokenizer %q: want estimate, tiktoken:<encoding> or hf:<model directory or tokenizer.json>", spec)
 }
 
 // exact provides the Tokenizer methods shared by exact tokenizers.

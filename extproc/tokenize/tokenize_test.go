@@ -80,13 +80,13 @@ func TestNewErrors(t *testing.T) {
 		return write(name, string(b))
 	}
 	for _, tc := range []struct{ spec, want string }{
-		{"bert", `unknown tokenizer "bert": want estimate, tiktoken:<encoding> or hf:<path to tokenizer.json>`},
+		{"bert", `unknown tokenizer "bert": want estimate, tiktoken:<encoding> or hf:<model directory or tokenizer.json>`},
 		{"Estimate", `unknown tokenizer "Estimate"`},
 		{"tiktoken:foo", `unknown tiktoken encoding "foo": want one of [cl100k_base o200k_base p50k_base r50k_base]`},
 		{"tiktoken:", `unknown tiktoken encoding ""`},
-		{"hf:", `tokenizer "hf:": missing the path to tokenizer.json (hf:<path>)`},
+		{"hf:", `tokenizer "hf:": missing the path to a model directory or tokenizer.json (hf:<path>)`},
 		{"hf:" + filepath.Join(dir, "missing.json"), "no such file or directory"},
-		{"hf:" + dir, "is a directory"},
+		{"hf:" + dir, "tokenizer.json: no such file or directory"},
 		{"hf:" + write("bad.json", "{not json"), "parse tokenizer.json: invalid character"},
 		{"hf:" + write("nomodel.json", "{}"), "tokenizer.json has no model"},
 		{"hf:" + write("wordpiece.json", `{"model":{"type":"WordPiece","vocab":{"a":0}}}`), `model type "WordPiece" is not supported (only BPE)`},

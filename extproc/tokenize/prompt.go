@@ -1,0 +1,48 @@
+package tokenize
+
+import "fmt"
+
+// Prompt is what tokenizing needs from one request.
+type Prompt struct {
+	Model string
+	// Text is the prompt text: a completion prompt, or tollgate's plain
+	// rendering of a chat conversation, used when the model's tokenizer has
+	// no chat template.
+	Text string
+	// Messages and Tools are the raw JSON of a chat request's messages and
+	// tools members (Tools may be nil); nil Messages means not a chat.
+	Messages, Tools []byte
+}
+
+// ChatEncoder is a Tokenizer that can render a model's chat template.
+type ChatEncoder interface {
+	// HasChatTemplateFor reports whether chat requests for model render
+	// a template.
+	HasChatTemplateFor(model string) bool
+	// EncodeChat renders a chat request with the model's template and
+	// appends the ids of the result, without adding special tokens again.
+	// An error means the template refused the conversation.
+	EncodeChat(model string, messages, tools []byte, dst []uint32) (ids []uint32, n int, err error)
+}
+
+// HasChatTemplateFor reports whether the directory had a chat template.
+func (m *HFModel) HasChatTemplateFor(string) bool { return m.chat != nil }
+
+// EncodePrompt tokenizes a request as the engine does: a chat request for a
+// model whose tokenizer has a chat template renders it and encodes the
+// result without adding special tokens; any other prompt encodes Text
+// with them. The error, a template refusing the conversation, is the
+// client's: the engine would refuse it too.
+func EncodePrompt(t Tokenizer, p Prompt, dst []uint32) (ids []uint32, n int, err error) {
+	if p.Messages != nil {
+		if c, ok := t.(ChatEncoder); ok && c.HasChatTemplateFor(p.Model) {
+			ids, n, err = c.EncodeChat(p.Model, p.Messages, p.Tools, dst)
+			if err != nil {
+				return dst, 0, fmt.Errorf("the model's chat template cannot render these messages: %w", err)
+			}
+			return ids, n, nil
+		}
+	}
+	ids, n = t.Encode(p.Model, p.Text, dst)
+	return ids, n, nil
+}
