@@ -541,6 +541,7 @@ func (s *Scheduler) newEntry(r *Request, t instant) *entry {
 	}
 	e.id = r.ID
 	e.model = r.Model
+	e.flowKey = r.FairnessKey
 	e.prio = r.Priority
 	if e.prio >= NumPriorities {
 		e.prio = PriorityDefault
