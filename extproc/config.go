@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/policy"
 )
 
 // Defaults of the Config fields. The flag defaults of cmd/tollgate match.
@@ -116,6 +117,15 @@ type Config struct {
 	// keys, no trusted tenant header and default-max-class "default".
 	Tenancy *Tenancy
 
+	// Fairness selects the fairness key of flows inside a lane
+	// (--fairness); FairnessNone, the default, keeps Dynamo's lanes. Any
+	// other mode turns Sched.Fairness on.
+	Fairness policy.FairnessMode
+	// Objectives maps objective header values to priority classes
+	// (--objective-class); the tenant clamp still applies. Nil: the
+	// objective header is ignored.
+	Objectives policy.Objectives
+
 	// MaxBodyBytes bounds a request body (413 above it). 0 means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int
@@ -197,6 +207,9 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.GRPC.MinPingInterval, 5*time.Second)
 	if c.Sched.BlockSize == 0 {
 		c.Sched.BlockSize = sched.DefaultBlockSize
+	}
+	if c.Fairness != policy.FairnessNone {
+		c.Sched.Fairness.Enabled = true
 	}
 	if c.Tenancy == nil {
 		c.Tenancy = &Tenancy{}

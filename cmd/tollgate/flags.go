@@ -62,6 +62,7 @@ type options struct {
 	shutdownTimeout time.Duration
 
 	discovery discoveryOptions
+	fairness  fairnessOptions
 }
 
 // stringList is a repeatable string flag.
@@ -139,6 +140,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	fs.DurationVar(&o.drainDelay, "drain-delay", extproc.DefaultDrainDelay, "on SIGTERM, time between failing readiness and shedding the queue")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", extproc.DefaultShutdownTimeout, "on SIGTERM, time in-flight streams get to finish")
 	registerDiscoveryFlags(fs, &o.discovery)
+	registerFairnessFlags(fs, &o.fairness)
 	return fs
 }
 
@@ -217,6 +219,7 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 		sc.Priority = pf.PriorityConfig()
 	}
 	cfg.Sched = sc
+	add(o.fairness.apply(&cfg))
 
 	ten, err := o.tenancy(pf)
 	add(err)
