@@ -14,6 +14,7 @@ const (
 	ScenarioAll      = "all"
 	ScenarioPremium  = "premium"
 	ScenarioPriority = "priority"
+	ScenarioFairness = "fairness"
 )
 
 // DefaultOut is the directory the charts are written to by default.
@@ -40,7 +41,8 @@ type Options struct {
 	// Out is the directory the SVG charts are written to. Empty means
 	// DefaultOut.
 	Out string
-	// Scenario is ScenarioAll, ScenarioPremium or ScenarioPriority. Empty
+	// Scenario is ScenarioAll, ScenarioPremium, ScenarioPriority or
+	// ScenarioFairness. Empty
 	// means ScenarioAll.
 	Scenario string
 	// Speed multiplies the simulated workers' prefill and decode rates (and
@@ -102,9 +104,9 @@ func (o Options) validate() error {
 		errs = append(errs, errors.New("demo: no output writer"))
 	}
 	switch o.Scenario {
-	case "", ScenarioAll, ScenarioPremium, ScenarioPriority:
+	case "", ScenarioAll, ScenarioPremium, ScenarioPriority, ScenarioFairness:
 	default:
-		errs = append(errs, fmt.Errorf("demo: unknown scenario %q (want %s, %s or %s)", o.Scenario, ScenarioAll, ScenarioPremium, ScenarioPriority))
+		errs = append(errs, fmt.Errorf("demo: unknown scenario %q (want %s, %s, %s or %s)", o.Scenario, ScenarioAll, ScenarioPremium, ScenarioPriority, ScenarioFairness))
 	}
 	if o.Speed < 0 || math.IsNaN(o.Speed) || math.IsInf(o.Speed, 0) {
 		errs = append(errs, fmt.Errorf("demo: speed must be a positive number, got %v", o.Speed))

@@ -62,6 +62,23 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	if o.Scenario == ScenarioAll || o.Scenario == ScenarioFairness {
+		fmt.Fprintf(w, "\n== 3. Fair share between tenants inside a policy class (--fairness)\n")
+		fmt.Fprintf(w, "One worker, one policy class whose busy gate queues everything past three prefills. Tenant auth:noisy sends\n")
+		fmt.Fprintf(w, "%d requests at once; tenant auth:quiet sends %d spread over the same period. Run with --fairness none\n", noisyRequests, quietRequests)
+		fmt.Fprintf(w, "(Dynamo's FCFS lane), then --fairness tenant (DRR over uncached tokens between the tenants' flows).\n\n")
+		arms, err := runFairness(ctx, fairConfig{
+			noisy: noisyRequests, quiet: quietRequests, speed: o.Speed, seed: o.Seed,
+			stdout: w, terminal: o.Terminal, log: log,
+		})
+		if err != nil {
+			return interrupted(ctx, err)
+		}
+		printFairness(w, arms)
+		if err := writeChart(w, filepath.Join(o.Out, "fairness.svg"), fairChart(arms)); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(w, "\ndemo finished in %.1fs\n", time.Since(start).Seconds())
 	return nil
 }
