@@ -15,6 +15,7 @@ const (
 	ScenarioPremium  = "premium"
 	ScenarioPriority = "priority"
 	ScenarioFairness = "fairness"
+	ScenarioGateways = "gateways"
 )
 
 // DefaultOut is the directory the charts are written to by default.
@@ -41,8 +42,8 @@ type Options struct {
 	// Out is the directory the SVG charts are written to. Empty means
 	// DefaultOut.
 	Out string
-	// Scenario is ScenarioAll, ScenarioPremium, ScenarioPriority or
-	// ScenarioFairness. Empty
+	// Scenario is ScenarioAll, ScenarioPremium, ScenarioPriority,
+	// ScenarioFairness or ScenarioGateways. Empty
 	// means ScenarioAll.
 	Scenario string
 	// Speed multiplies the simulated workers' prefill and decode rates (and
@@ -104,9 +105,10 @@ func (o Options) validate() error {
 		errs = append(errs, errors.New("demo: no output writer"))
 	}
 	switch o.Scenario {
-	case "", ScenarioAll, ScenarioPremium, ScenarioPriority, ScenarioFairness:
+	case "", ScenarioAll, ScenarioPremium, ScenarioPriority, ScenarioFairness, ScenarioGateways:
 	default:
-		errs = append(errs, fmt.Errorf("demo: unknown scenario %q (want %s, %s, %s or %s)", o.Scenario, ScenarioAll, ScenarioPremium, ScenarioPriority, ScenarioFairness))
+		errs = append(errs, fmt.Errorf("demo: unknown scenario %q (want %s, %s, %s, %s or %s)", o.Scenario,
+			ScenarioAll, ScenarioPremium, ScenarioPriority, ScenarioFairness, ScenarioGateways))
 	}
 	if o.Speed < 0 || math.IsNaN(o.Speed) || math.IsInf(o.Speed, 0) {
 		errs = append(errs, fmt.Errorf("demo: speed must be a positive number, got %v", o.Speed))

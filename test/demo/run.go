@@ -79,6 +79,22 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	if o.Scenario == ScenarioAll || o.Scenario == ScenarioGateways {
+		fmt.Fprintf(w, "\n== 4. One scheduler for every gateway replica\n")
+		fmt.Fprintf(w, "The weighted premium/regular run (%s) with its requests arriving through two simulated Envoys,\n", filePremium4x)
+		fmt.Fprintf(w, "gateway B getting every fourth request of each class (3:1 ingress). Both are clients of the one tollgate.\n\n")
+		arm, err := runGateways(ctx, premiumConfig{
+			perClass: upstreamPerClass, speed: o.Speed, seed: o.Seed, examples: o.Examples,
+			stdout: w, terminal: o.Terminal, log: log,
+		})
+		if err != nil {
+			return interrupted(ctx, err)
+		}
+		printGateways(w, arm)
+		if err := writeChart(w, filepath.Join(o.Out, "gateways.svg"), gatewaysChart(arm)); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(w, "\ndemo finished in %.1fs\n", time.Since(start).Seconds())
 	return nil
 }
