@@ -135,9 +135,6 @@ func newFlowSet(quantum uint64) *flowSet {
 // head returns the entry DRR serves next; the set must not be empty.
 func (fs *flowSet) head() *entry { return fs.heap[0].f.h[0] }
 
-// flows returns the number of backlogged flows.
-func (fs *flowSet) flows() int { return len(fs.heap) }
-
 // visitRound is f's heap key: the round of the visit at which f can pay
 // its head. A serving flow can (see normalize); otherwise f gets one
 // quantum per visit from round on, and never a round already passed.
