@@ -65,3 +65,34 @@ func TestScheduler_FairnessBetweenTenants(t *testing.T) {
 		})
 	}
 }
+
+// With the slot gate, the head of a lane's DRR flow can block the lane
+// (bulk, no free bulk slot) while another flow holds a dispatchable
+// interactive request. An arrival that dispatches at once moves its flow's
+// turn, and the pass must then also dispatch the other flow's head.
+func TestScheduler_FairnessArrivalMovesTheTurn(t *testing.T) {
+	cfg := simSMG(func(pc *PriorityConfig) {
+		simZeroFloors(pc)
+		pc.Classes[PriorityInteractive].ReservedFloor = 2
+		for c := range pc.Classes {
+			pc.Classes[c].CanPreempt = false
+		}
+	})
+	cfg.Fairness = FairnessConfig{Enabled: true}
+	h := newSim(t, cfg, simWorker("w", 4))
+	req := func(id uint64, p Priority, k string) Request {
+		r := simReq(id, p, 100)
+		r.FairnessKey = k
+		return r
+	}
+	h.want("bulk 1", h.submit(req(1, PriorityBulk, "x")), "dispatch 1 w/0")
+	h.want("bulk 2", h.submit(req(2, PriorityBulk, "x")), "dispatch 2 w/0")
+	h.want("interactive 3", h.submit(req(3, PriorityInteractive, "y")), "dispatch 3 w/0")
+	h.want("interactive 4", h.submit(req(4, PriorityInteractive, "y")), "dispatch 4 w/0")
+	h.want("bulk 5 queues: no bulk slot", h.submit(req(5, PriorityBulk, "b")))
+	h.want("interactive 6 queues: no slot", h.submit(req(6, PriorityInteractive, "a")))
+	h.want("3 ends: flow b's bulk head blocks the lane", h.done(3))
+	h.want("4 ends: still blocked", h.done(4))
+	h.want("interactive 7 heads flow b; then flow a's turn", h.submit(req(7, PriorityInteractive, "b")),
+		"dispatch 7 w/0 queued", "dispatch 6 w/0 queued")
+}
