@@ -42,4 +42,12 @@ func TestFairness(t *testing.T) {
 	if on := arms[1].Share[1]; on < 0.25 {
 		t.Errorf("--fairness tenant: the quiet tenant got %.0f%% of the service while both waited, want a fair share (at least 25%%)", 100*on)
 	}
+
+	var svg bytes.Buffer
+	if err := WriteSVG(&svg, fairChart(arms)); err != nil {
+		t.Fatal(err)
+	}
+	if panels := parseSVG(t, svg.Bytes()); len(panels) != 2 || len(panels[0].series) != 2 || len(panels[1].series) != 2 {
+		t.Fatalf("fairness chart: %d panels, want 2 with one polyline per tenant", len(panels))
+	}
 }
