@@ -277,7 +277,7 @@ func TestFlows_RandomPredicateInvariants(t *testing.T) {
 // each get 45–55% of the uncached-token service over every window of 100
 // dispatches, whatever the class quantum and the cost mix.
 func TestFlows_TwoTenantsShareEveryWindow(t *testing.T) {
-	for _, seed := range ringSeeds(10) {
+	for _, seed := range ringSeeds(6) {
 		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 5))
 			quantum := []uint64{1, 128, 1024, 4096}[rng.IntN(4)]
@@ -301,21 +301,28 @@ func TestFlows_TwoTenantsShareEveryWindow(t *testing.T) {
 			for range 5 {
 				add(new(entry), "quiet")
 			}
-			const dispatches, window = 20_000, 100
-			served := make([]map[string]uint64, 0, dispatches)
+			const dispatches, window = 10_000, 100
+			// served[i] is dispatch i's cost for noisy [0] and quiet [1].
+			served := make([][2]uint64, 0, dispatches)
 			for range dispatches {
 				e := r.pop(popAll)
-				served = append(served, map[string]uint64{e.flowKey: e.cost})
+				var s [2]uint64
+				if e.flowKey == "quiet" {
+					s[1] = e.cost
+				} else {
+					s[0] = e.cost
+				}
+				served = append(served, s)
 				add(e, e.flowKey) // both stay backlogged
 			}
 			checkRing(t, r)
 			var noisy, quiet uint64
 			for i, s := range served {
-				noisy += s["noisy"]
-				quiet += s["quiet"]
+				noisy += s[0]
+				quiet += s[1]
 				if i >= window {
-					noisy -= served[i-window]["noisy"]
-					quiet -= served[i-window]["quiet"]
+					noisy -= served[i-window][0]
+					quiet -= served[i-window][1]
 				}
 				if i >= window-1 {
 					share := float64(quiet) / float64(noisy+quiet)
