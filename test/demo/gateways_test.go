@@ -9,11 +9,13 @@ import (
 // TestGateways runs the weighted premium/regular workload through two
 // simulated Envoys with 3:1 ingress in front of one tollgate and checks the
 // weighted arm's bound of TestPremiumRegular: the split is the scheduler's,
-// whatever gateway a request came through. -short scales it as there.
+// whatever gateway a request came through. It runs half the workload
+// (TestPremiumRegular runs the whole one through one gateway), -short a
+// quarter, with the bounds scaled as there.
 func TestGateways(t *testing.T) {
-	perClass := upstreamPerClass
+	perClass := upstreamPerClass / 2
 	if testing.Short() {
-		perClass = 80
+		perClass = upstreamPerClass / 4
 	}
 	scale := func(v int) int { return v * perClass / upstreamPerClass }
 	a, err := runGateways(t.Context(), premiumConfig{
