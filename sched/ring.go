@@ -29,6 +29,12 @@ package sched
 //     lanes. Bulk virtual rounds make the call independent of cost/quantum.
 //   - len, classLen, classStats, deficit: O(1).
 //
+// Fairness (opt-in, ring_flow.go): every lane then holds one flow per
+// fairness key instead of one heap, and its head is the head of the flow
+// DRR between the flows serves next; the ring treats the lane exactly as
+// above. push, remove and fix then cost O(log n + log F + log L) for F
+// flows in the lane, and a dispatch charges the winning flow.
+//
 // Steady-state push and pop allocate nothing: lane heaps, the candidate
 // scratch slice, blocked lists and (a bounded pool of) lane structs are
 // reused.
