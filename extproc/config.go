@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate/tollgate/extproc/kvevents"
 
 	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/policy"
 )
 
 // Defaults of the Config fields. The flag defaults of cmd/tollgate match.
@@ -127,6 +128,15 @@ type Config struct {
 	// keys, no trusted tenant header and default-max-class "default".
 	Tenancy *Tenancy
 
+	// Fairness selects the fairness key of flows inside a lane
+	// (--fairness); FairnessNone, the default, keeps Dynamo's lanes. Any
+	// other mode turns Sched.Fairness on.
+	Fairness policy.FairnessMode
+	// Objectives maps objective header values to priority classes
+	// (--objective-class); the tenant clamp still applies. Nil: the
+	// objective header is ignored.
+	Objectives policy.Objectives
+
 	// MaxBodyBytes bounds a request body (413 above it). 0 means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int
@@ -235,6 +245,9 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.GRPC.MinPingInterval, 5*time.Second)
 	if c.Sched.BlockSize == 0 {
 		c.Sched.BlockSize = sched.DefaultBlockSize
+	}
+	if c.Fairness != policy.FairnessNone {
+		c.Sched.Fairness.Enabled = true
 	}
 	if c.Tenancy == nil {
 		c.Tenancy = &Tenancy{}

@@ -286,6 +286,9 @@ func (x *exchange) onTicket(now time.Time, st ticketState) step {
 			r.send = append(s.send, r.send...)
 			return r
 		}
+		if x.p.cfg.Sched.Fairness.Enabled {
+			x.p.metrics.observeServed(a, x.who.flow)
+		}
 		if st.preempted {
 			// Preempted before its route was sent: the request message is
 			// still outstanding, so answer it directly.

@@ -54,7 +54,8 @@ func watchedHeader(name, tenantHeader string) bool {
 		policy.HeaderPolicyClass, policy.HeaderStrictPriority, policy.HeaderRequestPriority,
 		policy.HeaderWorkerInstanceID, policy.HeaderWorkerInstanceIDAlias,
 		policy.HeaderDPRank, policy.HeaderDPRankAlias, policy.HeaderDataParallelRankAlias,
-		policy.HeaderSMGPriority:
+		policy.HeaderSMGPriority,
+		policy.HeaderFairnessID, policy.HeaderFairnessIDLegacy, policy.HeaderObjective, policy.HeaderObjectiveLegacy:
 		return true
 	}
 	return name == tenantHeader

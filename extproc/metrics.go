@@ -64,6 +64,10 @@ type metrics struct {
 	// sourceAddressMissing counts requests without the source.address
 	// attribute while tollgate reads it.
 	sourceAddressMissing prometheus.Counter
+	// flows bounds the flow label of the fairness series (fairness keys
+	// come from tenants or a header), like tenants.
+	flows       *boundedLabels
+	servedFlows *prometheus.CounterVec
 }
 
 func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metrics {
@@ -71,6 +75,11 @@ func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metr
 		reg:     prometheus.NewRegistry(),
 		tenants: newBoundedLabels(topN),
 		models:  newBoundedLabels(maxModelLabels),
+		flows:   newBoundedLabels(topN),
+		servedFlows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_fairness_served_tokens_total",
+			Help: "Uncached prompt tokens dispatched, by model, Dynamo policy class and fairness key (flow); only with --fairness tenant or header. The first top-N keys keep their label, the rest are \"other\".",
+		}, []string{"model", "policy_class", "flow"}),
 		smgQueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "smg_scheduler_queue_wait_seconds",
 			Help:    "Time requests that queued spent waiting, by effective priority class, recorded when they left the queue.",
@@ -130,8 +139,8 @@ func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metr
 	// and CPU, which held-request sizing depends on.
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.smgQueueWait, m.clamp, m.unknownPriority, m.decisionLatency, m.admission,
-		m.queueWait, m.costError, m.cachedError, m.rejections, m.budgetExpired, m.envoyReplies, m.sourceAddressMissing,
-		newStatsCollector(stats))
+		m.queueWait, m.costError, m.cachedError, m.rejections, m.budgetExpired, m.envoyReplies, m.sourceAddressMissing, m.servedFlows,
+		newStatsCollector(stats, m.flows))
 	return m
 }
 
@@ -177,6 +186,11 @@ func (m *metrics) setNamedModels(policyModels []string, workers []sched.Worker) 
 	m.named.Store(&named)
 }
 
+// observeServed counts the uncached tokens of a dispatch a to its flow.
+func (m *metrics) observeServed(a *sched.Action, flow string) {
+	m.servedFlows.WithLabelValues(m.models.label(metricModel(a.Model)), a.PolicyClass, m.flows.label(flow)).Add(float64(a.Uncached))
+}
+
 // boundedLabels bounds a label's cardinality: the first n distinct values
 // keep their own value, every later one is "other". Values are admitted in
 // the order they are first seen, so a series never changes its label once
@@ -216,9 +230,11 @@ type statsCollector struct {
 	pending, pendingISL, pendingCached, backpressure    *prometheus.Desc
 	rankPrefill, rankRequests, rankBlocks               *prometheus.Desc
 	engRequests, engKV, engSaturated, engSeed, engSince *prometheus.Desc
+	flowDepth, jain                                     *prometheus.Desc
+	flows                                               *boundedLabels
 }
 
-func newStatsCollector(fetch func(context.Context) (sched.Stats, bool)) *statsCollector {
+func newStatsCollector(fetch func(context.Context) (sched.Stats, bool), flows *boundedLabels) *statsCollector {
 	queue := []string{"model", "worker_type", "policy_class"}
 	rank := []string{"worker", "rank"}
 	class := []string{"class"}
@@ -245,13 +261,20 @@ func newStatsCollector(fetch func(context.Context) (sched.Stats, bool)) *statsCo
 		engSaturated:  prometheus.NewDesc("tollgate_engine_saturated", "1 while the saturation gate counts the worker rank busy.", rank, nil),
 		engSeed:       prometheus.NewDesc("tollgate_engine_warm_seed_requests", "Warm-start load seeded on the worker rank from its engine's report.", rank, nil),
 		engSince:      prometheus.NewDesc("tollgate_engine_booked_since_report_requests", "Requests booked on the worker rank since its engine's last report and still before their first token.", rank, nil),
+		flowDepth: prometheus.NewDesc("tollgate_fairness_flow_queued_requests",
+			"Queued requests by model, Dynamo policy class and fairness key (flow), with fairness on. Keys past the top-N, and the per-lane overflow flow, are \"other\".",
+			[]string{"model", "policy_class", "flow"}, nil),
+		jain: prometheus.NewDesc("tollgate_fairness_jain_index",
+			"Jain's index over the weighted service rates (uncached tokens per DRR round since backlogged) of the class's backlogged flows: 1 is an exact weighted share, 1/n one flow of n served alone. 1 with fewer than two flows.",
+			[]string{"model", "policy_class"}, nil),
+		flows: flows,
 	}
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.admits, c.preemptions, c.promotions, c.inflight, c.depth, c.limit,
 		c.utilization, c.pressure, c.capy, c.pending, c.pendingISL, c.pendingCached, c.backpressure,
-		c.rankPrefill, c.rankRequests, c.rankBlocks, c.engRequests, c.engKV, c.engSaturated, c.engSeed, c.engSince} {
+		c.rankPrefill, c.rankRequests, c.rankBlocks, c.engRequests, c.engKV, c.engSaturated, c.engSeed, c.engSince, c.flowDepth, c.jain} {
 		ch <- d
 	}
 }
@@ -303,6 +326,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		for k := sched.LimitRequests; k <= sched.LimitCachedTokens; k++ {
 			counter(c.backpressure, float64(q.Backpressure[k]), append(l, k.Reason())...)
 		}
+		c.collectFlows(ch, &q)
 	}
 	for _, r := range s.Ranks {
 		l := []string{r.Worker, strconv.FormatUint(uint64(r.Rank), 10)}
@@ -325,4 +349,30 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// collectFlows emits the fairness series of one policy class: queued
+// requests per flow (summed into "other" past the label bound) and Jain's
+// index. Nothing without flows.
+func (c *statsCollector) collectFlows(ch chan<- prometheus.Metric, q *sched.QueueStats) {
+	if c.flows == nil || len(q.Flows) == 0 {
+		return
+	}
+	model := metricModel(q.Model)
+	depth := make(map[string]uint64, len(q.Flows))
+	var order []string
+	for _, f := range q.Flows {
+		l := "other"
+		if !f.Overflow {
+			l = c.flows.label(f.Key)
+		}
+		if _, ok := depth[l]; !ok {
+			order = append(order, l)
+		}
+		depth[l] += f.Requests
+	}
+	for _, l := range order {
+		ch <- prometheus.MustNewConstMetric(c.flowDepth, prometheus.GaugeValue, float64(depth[l]), model, q.PolicyClass, l)
+	}
+	ch <- prometheus.MustNewConstMetric(c.jain, prometheus.GaugeValue, q.Fairness, model, q.PolicyClass)
 }

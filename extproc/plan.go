@@ -97,6 +97,8 @@ func newPlanner(cfg *Config, tok Tokenizer, m *metrics) (*planner, error) {
 type identity struct {
 	tenant   string
 	priority sched.Priority
+	// flow is the fairness key (--fairness), empty when fairness is off.
+	flow string
 }
 
 // identify resolves the tenant (401 on a bad key) and, for an admission
@@ -115,10 +117,24 @@ func (p *planner) identify(h *headerInfo, clientIP string, admission bool) (iden
 	if !admission {
 		return id, nil
 	}
+	flow, err := policy.FairnessKey(p.cfg.Fairness, h.lookup, tenant)
+	if err != nil {
+		return identity{}, headerRejection(err)
+	}
+	id.flow = flow
 	v, present := h.lookup(policy.HeaderSMGPriority)
 	requested, unknown := policy.ParsePriorityHeader(v, present)
 	if unknown {
 		p.metrics.unknownPriority.WithLabelValues(p.metrics.tenants.label(tenant)).Inc()
+	}
+	if !present {
+		obj, found, err := p.cfg.Objectives.Objective(h.lookup)
+		if err != nil {
+			return identity{}, headerRejection(err)
+		}
+		if found {
+			requested = obj
+		}
 	}
 	eff, clamped := policy.Clamp(requested, tenant, p.file, p.defaultMax)
 	if clamped {
@@ -129,6 +145,17 @@ func (p *planner) identify(h *headerInfo, clientIP string, admission bool) (iden
 		return identity{}, pinRejection(err)
 	}
 	return id, nil
+}
+
+// headerRejection answers a malformed flow-control header with a 400
+// naming it.
+func headerRejection(err error) *rejection {
+	r := &rejection{reason: reasonBadRequest, message: err.Error()}
+	var he *policy.HeaderError
+	if errors.As(err, &he) {
+		r.param = he.Header
+	}
+	return r
 }
 
 func pinRejection(err error) *rejection {
@@ -220,6 +247,7 @@ func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInf
 		Cached:            pl.cachedByWorker,
 		Pin:               pin,
 		RequiredTaints:    r.Hints.RequiredTaints,
+		FairnessKey:       who.flow,
 	}
 	return pl, nil
 }

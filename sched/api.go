@@ -50,6 +50,30 @@ type QueueStats struct {
 	Backpressure [LimitCachedTokens + 1]uint64
 	// Deficit is the class's DRR deficit.
 	Deficit uint64
+	// Flows lists the class's backlogged fairness keys (fairness on),
+	// summed over the class's lanes, sorted by key.
+	Flows []FlowStats
+	// Fairness is Jain's index over the weighted service rates of the
+	// class's backlogged flows (see FlowStats.Rate): 1 when every flow
+	// got its weighted share, 1/n when one of n flows got everything.
+	// FairnessFlows is the number of flows in it; with fewer than 2 the
+	// index is 1.
+	Fairness      float64
+	FairnessFlows int
+}
+
+// FlowStats describes one fairness key's backlog in a policy class.
+type FlowStats struct {
+	// Key is the fairness key; Overflow marks the flow shared by keys
+	// past the per-lane bound (its Key is empty).
+	Key      string
+	Overflow bool
+	// Requests queued and the uncached tokens dispatched since the key's
+	// flows became backlogged.
+	Requests     uint64
+	ServedTokens uint64
+	// Weight is the key's weight.
+	Weight uint32
 }
 
 // RankStats describes the load booked on one (worker, DP rank).

@@ -54,6 +54,26 @@ func validateConfig(cfg *Config) error {
 			errs = append(errs, fmt.Errorf("sched: selection %s must be finite and >= 0", f.name))
 		}
 	}
+	errs = append(errs, validateFairness(&cfg.Fairness))
+	return errors.Join(errs...)
+}
+
+// validateFairness checks the flow bounds and weights.
+func validateFairness(f *FairnessConfig) error {
+	var errs []error
+	if f.MaxFlows < 0 || f.MaxFlows > MaxFlowsLimit {
+		errs = append(errs, fmt.Errorf("sched: fairness max flows %d must be in [0, %d]", f.MaxFlows, MaxFlowsLimit))
+	}
+	keys := make([]string, 0, len(f.Weights))
+	for k := range f.Weights {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if w := f.Weights[k]; w < 1 || w > MaxFlowWeight {
+			errs = append(errs, fmt.Errorf("sched: fairness weight of %q is %d, must be in [1, %d]", k, w, MaxFlowWeight))
+		}
+	}
 	return errors.Join(errs...)
 }
 

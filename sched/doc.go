@@ -34,6 +34,12 @@
 // call that can make a queued request dispatchable, including every enqueue
 // (upstream Dynamo waits for the next load event instead).
 //
+// With Config.Fairness enabled, each lane holds one flow per
+// Request.FairnessKey (bounded per lane; further keys share an overflow
+// flow) and serves its flows by Deficit Round Robin over the same cost;
+// the lane head is the head of the flow served next, and the queue key
+// orders requests inside a flow. Off, every lane is Dynamo's single queue.
+//
 // A lane head is dispatchable when both gates pass. The worker gate
 // (Dynamo), only for a class with a busy threshold: not every eligible rank
 // is prefill-busy (or, with busy_worker_ratio, fewer than ratio × eligible

@@ -25,6 +25,9 @@ type entry struct {
 	cost     uint64 // scheduling_cost = max(1, uncached)
 	class    int    // index in the ring
 	lane     laneKey
+	// flowKey is the fairness key: the flow of its lane the entry joins
+	// when fairness is on.
+	flowKey string
 
 	// Cost snapshot, kept by the ring's per-class stats.
 	isl    uint64

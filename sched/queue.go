@@ -59,6 +59,7 @@ func (s *Scheduler) queueFor(model string, profile *Profile) *modelQueue {
 		queued:       make([][NumPriorities]uint32, n),
 		backpressure: make([][LimitCachedTokens + 1]uint64, n),
 	}
+	mq.ring.enableFairness(&s.cfg.Fairness)
 	s.models[model] = mq
 	s.order = append(s.order, mq)
 	return mq

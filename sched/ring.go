@@ -29,6 +29,12 @@ package sched
 //     lanes. Bulk virtual rounds make the call independent of cost/quantum.
 //   - len, classLen, classStats, deficit: O(1).
 //
+// Fairness (opt-in, ring_flow.go): every lane then holds one flow per
+// fairness key instead of one heap, and its head is the head of the flow
+// DRR between the flows serves next; the ring treats the lane exactly as
+// above. push, remove and fix then cost O(log n + log F + log L) for F
+// flows in the lane, and a dispatch charges the winning flow.
+//
 // Steady-state push and pop allocate nothing: lane heaps, the candidate
 // scratch slice, blocked lists and (a bounded pool of) lane structs are
 // reused.
@@ -44,8 +50,9 @@ import "math"
 
 // queueLinks is the ring's per-entry bookkeeping.
 type queueLinks struct {
-	heapIndex int   // index in the lane heap
+	heapIndex int   // index in the lane heap (or flow heap, with fairness)
 	lane      *lane // the lane holding the entry, nil when not queued
+	flow      *flow // the flow holding the entry, with fairness
 }
 
 // ring holds one DRR ring of policy classes (one model's queue). Each class
@@ -63,6 +70,7 @@ type ring struct {
 	spare     [][]*lane          // emptied blockedBy lists for reuse
 	free      []*lane            // pooled lane structs
 	cand      []*lane            // per-class candidate lanes of the current pop
+	fair      *fairness          // nil without fairness (ring_flow.go)
 }
 
 // newRing returns a ring with one empty class per spec, in order. A zero
@@ -83,6 +91,18 @@ func newRing(specs []ClassSpec) *ring {
 	return r
 }
 
+// enableFairness turns on flows in every lane (ring_flow.go). It must be
+// called on an empty ring, before the first push.
+func (r *ring) enableFairness(cfg *FairnessConfig) {
+	if r.fair = newFairness(cfg); r.fair == nil {
+		return
+	}
+	for i := range r.classes {
+		c := &r.classes[i]
+		c.shared.fs = newFlowSet(c.quantum)
+	}
+}
+
 // push adds e (key, class, lane, cost, isl, cached already set) to its lane.
 // A new head of a ready exact lane updates the lane's place; pushing into a
 // blocked lane leaves it blocked until a recheck. It panics if e is already
@@ -99,12 +119,16 @@ func (r *ring) push(e *entry) {
 			c.lanes[e.lane] = l
 		}
 	}
+	var old *entry
+	if !fresh && l.size() > 0 {
+		old = l.head()
+	}
 	e.q.lane = l
-	l.h.push(e)
+	l.add(r.fair, e)
 	switch {
 	case fresh:
 		c.makeReady(l)
-	case l.pos >= 0 && e.q.heapIndex == 0:
+	case l.pos >= 0 && l.head() != old:
 		c.headChanged(l)
 	}
 	c.n++
@@ -119,7 +143,7 @@ func (r *ring) push(e *entry) {
 // entry of a lane. The scheduler's slot gate does not (it depends on the
 // head's priority class), so the scheduler calls this after a push.
 func (r *ring) retest(e *entry) {
-	if l := e.q.lane; l != nil && l.bpos >= 0 && e.q.heapIndex == 0 {
+	if l := e.q.lane; l != nil && l.bpos >= 0 && (l.head() == e || l.fs != nil) {
 		r.unblock(&r.classes[l.class], l)
 	}
 }
@@ -149,8 +173,8 @@ func (r *ring) fix(e *entry) {
 		return
 	}
 	old := l.head()
-	l.h.fix(e.q.heapIndex)
-	if !l.key.exact() || (old != e && l.head() != e) {
+	l.refix(e)
+	if !l.key.exact() || (old != e && l.head() == old) {
 		return
 	}
 	c := &r.classes[l.class]
@@ -163,8 +187,8 @@ func (r *ring) fix(e *entry) {
 
 // take removes the queued e from lane l of class c and from the counters.
 func (r *ring) take(c *drrClass, l *lane, e *entry) {
-	i := e.q.heapIndex
-	l.h.removeAt(i)
+	old := l.head()
+	l.del(r.fair, e)
 	e.q.lane = nil
 	c.n--
 	r.n--
@@ -172,9 +196,9 @@ func (r *ring) take(c *drrClass, l *lane, e *entry) {
 	c.cached -= e.cached
 	switch {
 	case !l.key.exact():
-	case len(l.h) == 0:
+	case l.size() == 0:
 		r.dropLane(c, l)
-	case i != 0: // the head is unchanged
+	case l.head() == old: // the head is unchanged
 	case l.pos >= 0:
 		c.headChanged(l)
 	default: // a blocked lane's new head deserves a test
@@ -277,7 +301,7 @@ func (r *ring) candidate(ci int, dispatchable func(*entry) bool) *lane {
 		return nil
 	}
 	if len(c.lanes) == 0 {
-		if len(c.shared.h) > 0 && dispatchable(c.shared.head()) {
+		if c.shared.size() > 0 && dispatchable(c.shared.head()) {
 			return &c.shared
 		}
 		return nil
@@ -287,7 +311,7 @@ func (r *ring) candidate(ci int, dispatchable func(*entry) bool) *lane {
 		c.gen = r.gen
 	}
 	var shared *lane
-	if len(c.shared.h) > 0 && dispatchable(c.shared.head()) {
+	if c.shared.size() > 0 && dispatchable(c.shared.head()) {
 		shared = &c.shared
 	}
 	for len(c.ready) > 0 {
@@ -311,6 +335,9 @@ func (r *ring) dispatch(ci int, l *lane) *entry {
 	c := &r.classes[ci]
 	e := l.head()
 	r.cursor = (ci + 1) % len(r.classes)
+	if l.fs != nil {
+		l.fs.charge(e)
+	}
 	r.take(c, l, e)
 	c.deficit = satSub(c.deficit, e.cost)
 	switch {

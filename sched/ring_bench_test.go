@@ -48,3 +48,42 @@ func benchPushPop(b *testing.B, nc, lanes int, ratio uint64) {
 		r.push(e)
 	}
 }
+
+// BenchmarkRing_Flows measures one steady-state arbitration plus the
+// re-enqueue of the winner in one class whose shared lane holds F flows of
+// two entries each, with fairness off (one FCFS/WSPT heap of the same
+// entries, Dynamo's lane) and on.
+func BenchmarkRing_Flows(b *testing.B) {
+	for _, flows := range []int{1, 100, 10_000} {
+		for _, fair := range []bool{false, true} {
+			b.Run(fmt.Sprintf("flows=%d/fairness=%v", flows, fair), func(b *testing.B) {
+				benchFlows(b, flows, fair)
+			})
+		}
+	}
+}
+
+func benchFlows(b *testing.B, flows int, fair bool) {
+	r := newRing([]ClassSpec{quantumSpec("c", 1000)})
+	if fair {
+		r.enableFairness(&FairnessConfig{Enabled: true, MaxFlows: flows})
+	}
+	keys := make([]string, flows)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant-%05d", i)
+	}
+	var seq uint64
+	for i := range 2 * flows {
+		seq++
+		r.push(&entry{id: seq, seq: seq, cost: 500 + seq%1000, isl: 1000, flowKey: keys[i%flows]})
+	}
+	ok := func(*entry) bool { return true }
+	b.ReportAllocs()
+	for b.Loop() {
+		e := r.pop(ok)
+		seq++
+		e.seq = seq
+		e.cost = 500 + seq%1000
+		r.push(e)
+	}
+}

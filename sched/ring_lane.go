@@ -10,14 +10,56 @@ import "cmp"
 type lane struct {
 	key   laneKey
 	class int
-	h     indexedHeap[*entry]
-	pos   int // index in the class's ready heap, or -1
-	bpos  int // index in the class's blocked list, or -1
-	wpos  int // index in the ring's blocked list for key.worker, or -1
+	h     indexedHeap[*entry] // the entries, without fairness
+	fs    *flowSet            // the flows, with fairness; h stays empty
+	pos   int                 // index in the class's ready heap, or -1
+	bpos  int                 // index in the class's blocked list, or -1
+	wpos  int                 // index in the ring's blocked list for key.worker, or -1
 }
 
-// head returns the lane's best entry; the lane must not be empty.
-func (l *lane) head() *entry { return l.h[0] }
+// head returns the lane's next entry, the best one or, with fairness, the
+// head of the flow DRR serves next; the lane must not be empty.
+func (l *lane) head() *entry {
+	if l.fs != nil {
+		return l.fs.head()
+	}
+	return l.h[0]
+}
+
+// size returns the number of entries in the lane.
+func (l *lane) size() int {
+	if l.fs != nil {
+		return l.fs.n
+	}
+	return len(l.h)
+}
+
+// add queues e in the lane.
+func (l *lane) add(fr *fairness, e *entry) {
+	if l.fs != nil {
+		l.fs.add(fr, e)
+		return
+	}
+	l.h.push(e)
+}
+
+// del takes the queued e out of the lane.
+func (l *lane) del(fr *fairness, e *entry) {
+	if l.fs != nil {
+		l.fs.del(fr, e)
+		return
+	}
+	l.h.removeAt(e.q.heapIndex)
+}
+
+// refix restores the lane's order after e's queue key changed.
+func (l *lane) refix(e *entry) {
+	if l.fs != nil {
+		l.fs.refix(e)
+		return
+	}
+	l.h.fix(e.q.heapIndex)
+}
 
 // readyLane is one slot of a class's ready heap: a ready exact lane and a
 // copy of its head's key, so that sifting compares contiguous memory
@@ -72,6 +114,9 @@ func (r *ring) newLane(ci int, key laneKey) *lane {
 	}
 	l.key, l.class = key, ci
 	l.pos, l.bpos, l.wpos = -1, -1, -1
+	if r.fair != nil {
+		l.fs = l.fs.reset(r.classes[ci].quantum)
+	}
 	return l
 }
 

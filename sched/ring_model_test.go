@@ -184,9 +184,16 @@ type ringHarness struct {
 	rng     *rand.Rand // drives the random predicate
 	ok      func(*entry) bool
 	steps   int
+	// keys > 0 gives each pushed entry one of that many fairness keys
+	// (for a ring with fairness on); key is the next one.
+	keys int
+	key  string
 }
 
-var harnessWorkers = []string{"w0", "w1", "w2", "w3", "w4"}
+var (
+	harnessWorkers = []string{"w0", "w1", "w2", "w3", "w4"}
+	harnessKeys    = []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
+)
 
 func newRingHarness(t testing.TB, specs []ClassSpec, withModel bool, rng *rand.Rand) *ringHarness {
 	h := &ringHarness{
@@ -217,6 +224,7 @@ func (h *ringHarness) push(ci int, exact bool, worker int, rank uint32, cost uin
 	e := &entry{
 		id: h.seq, seq: h.seq, class: ci, cost: max(cost, 1), strict: uint64(strict),
 		score: harnessScores[score%len(harnessScores)], isl: cost + cached, cached: cached,
+		flowKey: h.key,
 	}
 	if exact {
 		e.lane = laneKey{worker: harnessWorkers[worker%len(harnessWorkers)], rank: rank}
@@ -347,11 +355,11 @@ func (h *ringHarness) check(op string) {
 	seen := map[*entry]int{}
 	for ci := range h.r.classes {
 		c := &h.r.classes[ci]
-		for _, e := range c.shared.h {
+		for _, e := range laneEntries(&c.shared) {
 			seen[e]++
 		}
 		for _, l := range c.lanes {
-			for _, e := range l.h {
+			for _, e := range laneEntries(l) {
 				seen[e]++
 			}
 		}
@@ -383,6 +391,9 @@ func (h *ringHarness) apply(next func() uint64) {
 		cost := next() % 64
 		if next()%4 == 0 {
 			cost *= 1 << (next() % 24) // oversized heads
+		}
+		if h.keys > 0 {
+			h.key = harnessKeys[next()%uint64(min(h.keys, len(harnessKeys)))]
 		}
 		h.push(int(next()%uint64(len(h.specs))), exact, smallIndex(next()), uint32(next()%2), cost,
 			uint32(next()%3), smallIndex(next()), next()%100)

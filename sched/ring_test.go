@@ -144,7 +144,7 @@ func ringInvariants(r *ring) error {
 			if err := laneInvariants(ci, l); err != nil {
 				return err
 			}
-			for _, e := range l.h {
+			for _, e := range laneEntries(l) {
 				n++
 				isl += e.isl
 				cached += e.cached
@@ -161,7 +161,7 @@ func ringInvariants(r *ring) error {
 			if l.key != k || !k.exact() {
 				return fmt.Errorf("class %d: lane %v stored under key %v", ci, l.key, k)
 			}
-			if len(l.h) == 0 {
+			if l.size() == 0 {
 				return fmt.Errorf("class %d: empty lane %v not deleted", ci, k)
 			}
 			if (l.pos >= 0) == (l.bpos >= 0) {
@@ -240,6 +240,9 @@ func ringInvariants(r *ring) error {
 func laneInvariants(ci int, l *lane) error {
 	if l.class != ci {
 		return fmt.Errorf("class %d: lane %v says class %d", ci, l.key, l.class)
+	}
+	if l.fs != nil {
+		return flowSetInvariants(ci, l)
 	}
 	for i, e := range l.h {
 		if e.q.lane != l || e.q.heapIndex != i || e.class != ci || e.lane != l.key {

@@ -237,10 +237,12 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 // dispatching only adds load and takes slots, so an arrival can make only
 // itself dispatchable, and only in its own queue: the pass pops that queue
 // until e has left it or nothing yields. (After an immediate dispatch no
-// pass is needed at all, for the same reason.)
+// pass is needed at all, for the same reason.) With fairness on, an
+// arrival can also change which flow heads its lane, and the dispatch of e
+// moves its flow's DRR turn, so the pass goes on until nothing yields.
 func (s *Scheduler) settle(e *entry, t instant) {
 	mq := e.mq
-	for e.state == stateQueued && (!s.prio || s.slotsForQueued()) {
+	for (e.state == stateQueued || s.cfg.Fairness.Enabled) && (!s.prio || s.slotsForQueued()) {
 		x := mq.ring.pop(s.dispatchable)
 		if x == nil {
 			return
@@ -565,6 +567,7 @@ func (s *Scheduler) newEntry(r *Request, t instant) *entry {
 	}
 	e.id = r.ID
 	e.model = r.Model
+	e.flowKey = r.FairnessKey
 	e.prio = r.Priority
 	if e.prio >= NumPriorities {
 		e.prio = PriorityDefault

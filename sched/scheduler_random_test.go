@@ -117,6 +117,9 @@ func newSimDriver(src simSource) (*simDriver, error) {
 			WarmStart: src.intn(2) == 0, WarmWait: time.Duration(src.intn(3)) * time.Second, Capacity: src.intn(2) == 0,
 		}
 	}
+	if src.intn(3) == 0 {
+		cfg.Fairness = FairnessConfig{Enabled: true, MaxFlows: src.intn(4), Weights: map[string]uint32{"t1": 3}}
+	}
 	workers := d.randomWorkers()
 	s, err := New(cfg, workers)
 	if err != nil { // reservations too large for this set: drop them
@@ -290,6 +293,7 @@ func (d *simDriver) submit() error {
 	if src.intn(5) == 0 {
 		r.Pin = &Pin{Worker: fmt.Sprintf("w%d", src.intn(6)), Rank: uint32(src.intn(5)), HasRank: src.intn(3) > 0}
 	}
+	r.FairnessKey = []string{"", "t1", "t2", "t3", "t4"}[src.intn(5)]
 	d.status[id] = simPending
 	if err := d.apply(d.s.Submit(d.now, r), id); err != nil {
 		return err
@@ -582,6 +586,9 @@ func simInvariants(s *Scheduler) error {
 			n += int(sm.n)
 		}
 		active := mq.active >= 0 && mq.active < len(s.active) && s.active[mq.active] == mq
+		if err := ringInvariants(mq.ring); err != nil {
+			return fmt.Errorf("queue %s: %w", mq.name, err)
+		}
 		if mq.ring.len() != n || active != (n > 0) {
 			return fmt.Errorf("queue %s: ring len %d, entries %d, active %v", mq.name, mq.ring.len(), n, active)
 		}

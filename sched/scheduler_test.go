@@ -162,6 +162,8 @@ func TestNew_RejectsMalformedConfig(t *testing.T) {
 		{"buckets not from 0", func(c *Config) { c.Policy.Root.Buckets[0].MinTokens = 5 }, "must start at min_tokens 0"},
 		{"NaN share", func(c *Config) { c.Priority.Classes[1].ReservedPerSlot = math.NaN() }, "reserved_per_slot must be finite"},
 		{"negative temperature", func(c *Config) { c.Selection = &SelectionConfig{Temperature: -1} }, "temperature must be finite"},
+		{"too many flows", func(c *Config) { c.Fairness.MaxFlows = MaxFlowsLimit + 1 }, "fairness max flows 65537 must be in [0, 65536]"},
+		{"zero weight", func(c *Config) { c.Fairness.Weights = map[string]uint32{"t": 0} }, `fairness weight of "t" is 0, must be in [1, 1000]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

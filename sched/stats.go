@@ -42,6 +42,7 @@ func (s *Scheduler) Stats() Stats {
 				Backpressure: mq.backpressure[i],
 				Deficit:      mq.ring.deficit(i),
 			})
+			mq.ring.flowStats(i, &st.Queues[len(st.Queues)-1])
 		}
 	}
 	for _, w := range s.workers {

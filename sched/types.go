@@ -80,6 +80,11 @@ type Request struct {
 	Pin *Pin
 	// RequiredTaints must all be carried by an eligible worker.
 	RequiredTaints []string
+	// FairnessKey names the request's flow inside its lane when
+	// Config.Fairness is enabled (the tenant or fairness-id); ignored
+	// otherwise. The scheduler keeps a reference while the request is
+	// queued.
+	FairnessKey string
 }
 
 // ActionKind says what the shell must do.
@@ -230,6 +235,9 @@ type Config struct {
 	Rand *rand.Rand
 	// Start is the scheduler's start time, the origin of FCFS scores.
 	Start time.Time
+	// Fairness turns on flows inside lanes (fair share between the keys
+	// of one policy class); the zero value keeps Dynamo's lanes.
+	Fairness FairnessConfig
 }
 
 // DefaultSelection returns Dynamo's defaults: prefill_load_scale 1.0,

@@ -68,6 +68,7 @@ type options struct {
 	discovery discoveryOptions
 	engine    engineOptions
 	kvEvents  kvEventsOptions
+	fairness  fairnessOptions
 }
 
 // stringList is a repeatable string flag.
@@ -149,6 +150,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	registerDiscoveryFlags(fs, &o.discovery)
 	registerEngineFlags(fs, &o.engine)
 	registerKVEventsFlags(fs, &o.kvEvents)
+	registerFairnessFlags(fs, &o.fairness)
 	return fs
 }
 
@@ -256,6 +258,7 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	sc.Engine = ec
 	cfg.Sched = sc
 	cfg.EngineMetrics = em
+	add(o.fairness.apply(&cfg))
 
 	ten, err := o.tenancy(pf)
 	add(err)

@@ -27,6 +27,10 @@ type serverSpec struct {
 	tenantKeys []string
 	// seed seeds the worker-selection tie-breaker (--seed).
 	seed uint64
+	// queueThreshold is --router-queue-threshold; nil means unset.
+	queueThreshold *float64
+	// fairness is --fairness.
+	fairness policy.FairnessMode
 }
 
 // build loads every file the spec names and returns the server
@@ -44,6 +48,7 @@ func (s serverSpec) build(log *slog.Logger) (extproc.Config, error) {
 	}
 	pc, pf, err := policy.Load(policy.Files{
 		RouterPolicy:    s.routerPolicy,
+		QueueThreshold:  s.queueThreshold,
 		QueuePolicy:     "fcfs",
 		PriorityEnabled: s.priority,
 		PriorityConfig:  s.priorityConfig,
@@ -61,6 +66,7 @@ func (s serverSpec) build(log *slog.Logger) (extproc.Config, error) {
 		EnvoyMessageTimeout: messageTimeout,
 		Sched:               sc,
 		Tenancy:             &extproc.Tenancy{Tenants: tenants, PriorityFile: pf, DefaultMaxClass: "default"},
+		Fairness:            s.fairness,
 		// The demo stops its own stack: no readiness drain to wait for.
 		DrainDelay:      -1,
 		ShutdownTimeout: 5 * time.Second,

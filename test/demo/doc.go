@@ -2,7 +2,7 @@
 // tollgate is for. It runs the real ext_proc server (package extproc) with
 // the real scheduler, a simulated Envoy (test/envoysim) in front of it and
 // simulated vLLM workers (test/mockworker) behind it, all on loopback, and
-// drives three scenarios through them:
+// drives six scenarios through them:
 //
 //   - premium: NVIDIA Dynamo's premium/regular policy-class experiment. One
 //     worker with four sequences, 320 premium and 320 regular requests of
@@ -24,6 +24,15 @@
 //     approximate prefix index, then with the workers' KV events. The table
 //     compares the cached-token estimate with the cached_tokens each worker
 //     reports, the hit rate and the time to first token.
+//   - fairness: a noisy neighbour in one policy class. One worker, a busy
+//     gate that queues past three prefills; tenant auth:noisy floods 500
+//     requests, then auth:quiet sends 50 spread over the drain. Run with
+//     --fairness none (Dynamo's FCFS lane) and --fairness tenant (DRR
+//     between the tenants' flows); the table gives each tenant's wait p50
+//     and p99 and its share of the service while both had requests waiting.
+//   - gateways: the premium_4x.yaml arm of premium with its requests
+//     arriving through two simulated Envoys, 3:1, in front of the one
+//     tollgate: the 4:1 split is the scheduler's whatever the ingress.
 //
 // Each scenario prints a live progress line, a result table, and an SVG
 // chart of cumulative completions per class over time (WriteSVG). Serve

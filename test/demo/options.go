@@ -18,10 +18,12 @@ const (
 	ScenarioPriority = "priority"
 	ScenarioEngine   = "engine"
 	ScenarioKVEvents = "kvevents"
+	ScenarioFairness = "fairness"
+	ScenarioGateways = "gateways"
 )
 
 // Scenarios lists the scenarios in the order ScenarioAll runs them.
-var Scenarios = []string{ScenarioPremium, ScenarioPriority, ScenarioEngine, ScenarioKVEvents}
+var Scenarios = []string{ScenarioPremium, ScenarioPriority, ScenarioEngine, ScenarioKVEvents, ScenarioFairness, ScenarioGateways}
 
 // DefaultOut is the directory the charts are written to by default.
 const DefaultOut = "demo-out"
@@ -47,10 +49,8 @@ type Options struct {
 	// Out is the directory the SVG charts are written to. Empty means
 	// DefaultOut.
 	Out string
-	// Scenario is ScenarioAll, ScenarioPremium, ScenarioPriority or
-	// ScenarioEngine. Empty
-	// ScenarioKVEvents. Empty
-	// means ScenarioAll.
+	// Scenario is ScenarioAll or one of Scenarios. Empty means
+	// ScenarioAll.
 	Scenario string
 	// Speed multiplies the simulated workers' prefill and decode rates (and
 	// compresses the priority scenario's arrival schedule to match). Zero

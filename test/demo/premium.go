@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/sched/policy"
+	"github.com/tollgate/tollgate/test/envoysim"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 
@@ -64,6 +65,9 @@ type premiumArm struct {
 	// Elapsed is the arm's duration, from the start gate to the last
 	// completion.
 	Elapsed time.Duration
+	// Ingress counts the requests sent through gateway A and B (all
+	// through A with one gateway).
+	Ingress [2]int
 	// Series are the cumulative completions per class over time.
 	Series []Series
 }
@@ -77,6 +81,10 @@ type premiumConfig struct {
 	stdout   io.Writer
 	terminal bool
 	log      *slog.Logger
+	// twoGateways sends the requests through two simulated Envoys in
+	// front of the one tollgate, gateway B getting every fourth request
+	// of each class (3:1 ingress); false means one Envoy.
+	twoGateways bool
 }
 
 // runPremium runs the equal-share arm, then the weighted arm.
@@ -124,6 +132,14 @@ func runPremiumArm(ctx context.Context, cfg premiumConfig, path string) (*premiu
 		return nil, err
 	}
 	defer st.close()
+	sims := []*envoysim.Sim{st.sim}
+	if cfg.twoGateways {
+		b, err := st.addGateway()
+		if err != nil {
+			return nil, err
+		}
+		sims = append(sims, b)
+	}
 
 	total := 2 * cfg.perClass
 	specs := make([]*reqSpec, 0, total)
@@ -151,10 +167,15 @@ func runPremiumArm(ctx context.Context, cfg premiumConfig, path string) (*premiu
 	start := make(chan struct{})
 	errs := make(chan error, total)
 	var wg sync.WaitGroup
-	for _, s := range specs {
+	for j, s := range specs {
+		g := 0
+		if len(sims) > 1 && (j/2)%4 == 3 { // the fourth request of each class
+			g = 1
+		}
+		arm.Ingress[g]++
 		wg.Go(func() {
 			<-start
-			if _, err := send(ctx, st.sim, rec, s); err != nil {
+			if _, err := send(ctx, sims[g], rec, s); err != nil {
 				errs <- err
 			}
 		})

@@ -91,6 +91,39 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	if o.Scenario == ScenarioAll || o.Scenario == ScenarioFairness {
+		fmt.Fprintf(w, "\n== 5. Fair share between tenants inside a policy class (--fairness)\n")
+		fmt.Fprintf(w, "One worker, one policy class whose busy gate queues everything past three prefills. Tenant auth:noisy sends\n")
+		fmt.Fprintf(w, "%d requests at once; tenant auth:quiet sends %d spread over the same period. Run with --fairness none\n", noisyRequests, quietRequests)
+		fmt.Fprintf(w, "(Dynamo's FCFS lane), then --fairness tenant (DRR over uncached tokens between the tenants' flows).\n\n")
+		arms, err := runFairness(ctx, fairConfig{
+			noisy: noisyRequests, quiet: quietRequests, speed: o.Speed, seed: o.Seed,
+			stdout: w, terminal: o.Terminal, log: log,
+		})
+		if err != nil {
+			return interrupted(ctx, err)
+		}
+		printFairness(w, arms)
+		if err := writeChart(w, filepath.Join(o.Out, "fairness.svg"), fairChart(arms)); err != nil {
+			return err
+		}
+	}
+	if o.Scenario == ScenarioAll || o.Scenario == ScenarioGateways {
+		fmt.Fprintf(w, "\n== 6. One scheduler for every gateway replica\n")
+		fmt.Fprintf(w, "The weighted premium/regular run (%s) with its requests arriving through two simulated Envoys,\n", filePremium4x)
+		fmt.Fprintf(w, "gateway B getting every fourth request of each class (3:1 ingress). Both are clients of the one tollgate.\n\n")
+		arm, err := runGateways(ctx, premiumConfig{
+			perClass: upstreamPerClass, speed: o.Speed, seed: o.Seed, examples: o.Examples,
+			stdout: w, terminal: o.Terminal, log: log,
+		})
+		if err != nil {
+			return interrupted(ctx, err)
+		}
+		printGateways(w, arm)
+		if err := writeChart(w, filepath.Join(o.Out, "gateways.svg"), gatewaysChart(arm)); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(w, "\ndemo finished in %.1fs\n", time.Since(start).Seconds())
 	return nil
 }

@@ -80,6 +80,7 @@ type stack struct {
 	metricsAddr string
 	workers     []*simWorker
 	sim         *envoysim.Sim
+	extra       []*envoysim.Sim // more gateways (addGateway)
 
 	kv      *kvevents.Manager
 	stopRun context.CancelFunc
@@ -189,6 +190,23 @@ func (st *stack) startServer(ctx context.Context, cfg extproc.Config, workers []
 	return err
 }
 
+// addGateway starts one more simulated Envoy in front of the same tollgate
+// and workers (as a second gateway replica would be); close stops it.
+func (st *stack) addGateway() (*envoysim.Sim, error) {
+	sim, err := envoysim.New(envoysim.Config{
+		ExtProcAddr:       st.grpcAddr,
+		Mode:              envoyMode(),
+		MessageTimeout:    messageTimeout,
+		MaxMessageTimeout: extproc.DefaultEnvoyMaxMessageTimeout,
+		StatusOnError:     http.StatusServiceUnavailable,
+	})
+	if err != nil {
+		return nil, err
+	}
+	st.extra = append(st.extra, sim)
+	return sim, nil
+}
+
 // startWorker starts one mock worker on 127.0.0.1:0 behind a handler that
 // echoes the routing header back in HeaderEndpoint.
 func startWorker(ctx context.Context, id string, ws workerSpec, speed float64, log *slog.Logger) (*simWorker, error) {
@@ -250,6 +268,9 @@ func echoEndpoint(h http.Handler) http.Handler {
 func (st *stack) close() {
 	if st.sim != nil {
 		_ = st.sim.Close()
+	}
+	for _, sim := range st.extra {
+		_ = sim.Close()
 	}
 	for _, sw := range st.workers {
 		sw.close()

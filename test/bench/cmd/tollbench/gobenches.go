@@ -23,6 +23,8 @@ const (
 	schedSection        = "Scheduler (sched micro-benchmarks)"
 	tokenizeSection     = "Tokenizers"
 	ringBench           = "BenchmarkRing_PushPop"
+	flowsBench          = "BenchmarkRing_Flows"
+	flowsTarget         = 2.0 // fairness on / off at 100 flows per lane
 	submitBench         = "BenchmarkScheduler_SubmitDispatchDone"
 	preemptBench        = "BenchmarkScheduler_Preemption"
 	queuedMemoryBench   = "BenchmarkScheduler_QueuedMemory"
@@ -35,7 +37,7 @@ const (
 // schedPhase runs the scheduler micro-benchmarks.
 func (r *runner) schedPhase(ctx context.Context) error {
 	run, err := r.goBench(ctx, "sched-bench", "./sched",
-		"^("+ringBench+"|"+submitBench+"|"+preemptBench+")$", r.o.schedBT)
+		"^("+ringBench+"|"+flowsBench+"|"+submitBench+"|"+preemptBench+")$", r.o.schedBT)
 	if err != nil {
 		return err
 	}
@@ -52,6 +54,22 @@ func (r *runner) schedPhase(ctx context.Context) error {
 			add(cs, "ring enqueue+dispatch, cost/quantum 1 ; 1e3 ; 1e6", strings.Join(cells, " ; "))
 		}
 	}
+	for _, f := range []int{1, 100, 10000} {
+		name := fmt.Sprintf("%s/flows=%d/fairness=", flowsBench, f)
+		row := bench.Row{Section: schedSection, Case: fmt.Sprintf("one lane, %s flows of 2 requests", bench.FormatCount(float64(f))),
+			Measure: "ring enqueue+dispatch, --fairness none ; on",
+			Value:   nsAllocs(run, name+"false") + " ; " + nsAllocs(run, name+"true")}
+		off, okOff := run.Find(name + "false")
+		on, okOn := run.Find(name + "true")
+		if okOff && okOn && f == 100 {
+			a, _ := off.Metric("ns/op")
+			b, _ := on.Metric("ns/op")
+			if a > 0 {
+				row.Target = fmt.Sprintf("on ≤ %g× off: %.2f× %s", flowsTarget, b/a, bench.Verdict(b <= flowsTarget*a))
+			}
+		}
+		r.report.Add(row)
+	}
 	for _, c := range schedClasses {
 		for _, l := range schedLanes {
 			add(fmt.Sprintf("C=%d classes, L=%s lanes", c, bench.FormatCount(float64(l))),
@@ -66,6 +84,7 @@ func (r *runner) schedPhase(ctx context.Context) error {
 
 	r.note("Scheduler: `go test -bench` on ./sched at -benchtime %s. Ring enqueue+dispatch is one DRR arbitration plus the "+
 		"winner's re-enqueue over C classes and L exact lanes, with entry costs of about 1,000 × the cost/quantum ratio; "+
+		"the flows rows run it in one lane holding F fairness keys of 2 requests each, without and with --fairness; "+
 		"Submit+dispatch+Done is one request through the whole core with L pinned lanes blocked behind busy ranks; the slot gate "+
 		"rows run with the priority scheduler on at capacity 1024; queued memory is the live heap after 1,000,000 Submits "+
 		"that queue (-benchtime 1x).", r.o.schedBT)
