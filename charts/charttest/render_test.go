@@ -86,6 +86,7 @@ type rendered struct {
 	roles           []*rbacv1.Role
 	roleBindings    []*rbacv1.RoleBinding
 	serviceMonitors []*monitoringv1.ServiceMonitor
+	prometheusRules []*monitoringv1.PrometheusRule
 	envoyFilters    []*istioclient.EnvoyFilter
 	gateway         envoy.GatewayPolicies
 	kinds           []string
@@ -157,6 +158,8 @@ func (r *rendered) decode(doc []byte) error {
 		return strict(doc, &r.roleBindings)
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return strict(doc, &r.serviceMonitors)
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return strict(doc, &r.prometheusRules)
 	case "networking.istio.io/v1alpha3 EnvoyFilter":
 		ef, err := envoy.DecodeEnvoyFilter(doc)
 		if err != nil {
