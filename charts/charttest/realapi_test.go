@@ -192,7 +192,7 @@ func crdEstablished(u *unstructured.Unstructured) bool {
 
 // helmInstall installs the chart with doc's values into namespace ns
 // through the Helm SDK.
-func helmInstall(t *testing.T, c *apiserver.Cluster, ns, doc string) {
+func helmInstall(t *testing.T, c *apiserver.Cluster, ns, doc string) *action.Configuration {
 	t.Helper()
 	kc, err := c.AdminKubeconfig(t.TempDir())
 	if err != nil {
@@ -213,6 +213,7 @@ func helmInstall(t *testing.T, c *apiserver.Cluster, ns, doc string) {
 	if _, err := inst.RunWithContext(t.Context(), loadChart(t), values(t, doc)); err != nil {
 		t.Fatalf("helm install into %s: %v", ns, err)
 	}
+	return cfg
 }
 
 func createNamespace(t *testing.T, c *apiserver.Cluster, name string) {
@@ -229,7 +230,8 @@ func createNamespace(t *testing.T, c *apiserver.Cluster, name string) {
 // included.
 func TestRealAPI_HelmInstall(t *testing.T) {
 	c := cluster(t)
-	createNamespace(t, c, "models") // kubernetesSelector's worker namespace
+	createNamespace(t, c, "models")       // kubernetesSelector's worker namespace
+	createNamespace(t, c, "istio-system") // where the EnvoyFilter goes, with Istio's gateway
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for k := range scenarios {
 			if !yield(k) {
@@ -239,10 +241,16 @@ func TestRealAPI_HelmInstall(t *testing.T) {
 	}) {
 		t.Run(name, func(t *testing.T) {
 			ns := "helm-" + strings.ToLower(name)
-			helmInstall(t, c, ns, scenarios[name])
+			cfg := helmInstall(t, c, ns, scenarios[name])
 			r := mustRenderIn(t, ns, values(t, scenarios[name]))
 			if _, err := c.Client.AppsV1().Deployments(ns).Get(t.Context(), r.deployments[0].Name, metav1.GetOptions{}); err != nil {
 				t.Errorf("Deployment after install: %v", err)
+			}
+			// The EnvoyFilter lives in the gateway's namespace under the
+			// release's name: releases of the same name collide there, so
+			// each scenario's release goes before the next.
+			if _, err := action.NewUninstall(cfg).Run(releaseName); err != nil {
+				t.Errorf("helm uninstall: %v", err)
 			}
 		})
 	}
