@@ -171,7 +171,7 @@ func installCRDs(c *apiserver.Cluster, files []string) error {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("CRD %s not established: %v", name, err)
+				return fmt.Errorf("CRD %s not established: %w", name, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -269,7 +269,7 @@ func tollgateBinary(t *testing.T) string {
 		realAPI.bin = filepath.Join(dir, "tollgate")
 		out, err := exec.Command("go", "build", "-o", realAPI.bin, "../../cmd/tollgate").CombinedOutput()
 		if err != nil {
-			realAPI.binErr = fmt.Errorf("go build: %v\n%s", err, out)
+			realAPI.binErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if realAPI.binErr != nil {

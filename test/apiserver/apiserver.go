@@ -142,7 +142,7 @@ func Start(log *os.File, ready time.Duration) (_ *Cluster, err error) {
 		for _, p := range c.procs {
 			select {
 			case <-p.done:
-				return nil, fmt.Errorf("apiserver: %s exited before the API server was ready: %v", p.name, p.err)
+				return nil, fmt.Errorf("apiserver: %s exited before the API server was ready: %w", p.name, p.err)
 			default:
 			}
 		}
@@ -153,7 +153,7 @@ func Start(log *os.File, ready time.Duration) (_ *Cluster, err error) {
 			return c, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("apiserver: not ready after %v: %v %s", ready, err, body)
+			return nil, fmt.Errorf("apiserver: not ready after %v: %w %s", ready, err, body)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

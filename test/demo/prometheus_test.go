@@ -115,7 +115,10 @@ func TestPrometheus_Dashboard(t *testing.T) {
 	defer func() {
 		cancel()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
 		case <-time.After(30 * time.Second):
 			t.Error("Serve did not stop")
 		}
