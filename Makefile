@@ -52,6 +52,7 @@ $(KUBEAPI_STAMP): $(KUBEAPI)/go.mod $(KUBEAPI)/go.sum $(wildcard $(KUBEAPI)/cmd/
 	cd $(KUBEAPI) && $(GO) build -o bin/etcd ./cmd/etcd
 	cd $(KUBEAPI) && $(GO) build -o bin/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
 	rm -rf $(KUBEAPI)/crds
+	$(GO) mod download $(MONITORING_MOD)
 	cd "$$($(GO) list -m -f '{{.Dir}}' $(MONITORING_MOD))" && GOFLAGS=-mod=mod \
 	  $(CURDIR)/$(KUBEAPI)/bin/controller-gen crd paths=./v1 output:crd:dir=$(CURDIR)/$(KUBEAPI)/crds
 	touch $@

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -104,12 +105,13 @@ func cluster(t *testing.T) *apiserver.Cluster {
 // from its API types (make kubeapi), and the InferencePool's.
 func crdFiles(t *testing.T) []string {
 	t.Helper()
-	modDir := func(mod string) string {
-		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", mod).Output()
-		if err != nil || len(bytes.TrimSpace(out)) == 0 {
-			t.Fatalf("go list -m %s: %v", mod, err)
+	modDir := func(mod string) string { // the module at the version go.mod requires
+		out, err := exec.Command("go", "mod", "download", "-json", mod).Output()
+		var info struct{ Dir string }
+		if err != nil || json.Unmarshal(out, &info) != nil || info.Dir == "" {
+			t.Fatalf("go mod download %s: %v\n%s", mod, err, out)
 		}
-		return string(bytes.TrimSpace(out))
+		return info.Dir
 	}
 	eg := filepath.Join(modDir("github.com/envoyproxy/gateway"), "charts/gateway-helm/charts/crds/crds/generated")
 	files := []string{
