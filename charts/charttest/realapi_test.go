@@ -652,8 +652,14 @@ func TestRealAPI_LeaderElection(t *testing.T) {
 	a := runTollgate(t, r, ns, "tollgate-5d4f8-aaaaa", kc)
 	b := runTollgate(t, r, ns, "tollgate-5d4f8-bbbbb", kc)
 	var leader, standby *tollgateProc
+	var la, lb float64 // last tollgate_leader of a and b; -1: no answer
+	defer func() {
+		if t.Failed() {
+			t.Logf("last tollgate_leader: %s %v, %s %v", a.pod, la, b.pod, lb)
+		}
+	}()
 	eventually(t, 45*time.Second, "one leader and one standby", func() bool {
-		la, lb := a.metric("tollgate_leader"), b.metric("tollgate_leader")
+		la, lb = a.metric("tollgate_leader"), b.metric("tollgate_leader")
 		switch {
 		case la == 1 && lb == 0:
 			leader, standby = a, b
