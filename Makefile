@@ -5,16 +5,17 @@ BIN      := $(CURDIR)/bin
 GOLANGCI := $(BIN)/golangci-lint
 GOLANGCI_VERSION := v2.15.0
 
-.PHONY: all build test deps tidy vet lint race bench fuzz demo tools clean
+.PHONY: all build test deps tidy vet lint race kubeapi kubeapi-check bench fuzz demo tools clean
 
 all: build
 
 build:
 	$(GO) build ./...
 
-## test: install test dependencies, module tidiness, vet, lint, and every test with
-## the race detector (what CI runs).
-test: deps tidy vet lint race
+## test: install test dependencies, module tidiness, vet, lint, the real
+## kube-apiserver and etcd the Kubernetes tests run, and every test with the
+## race detector (what CI runs).
+test: deps tidy vet lint kubeapi kubeapi-check race
 
 ## deps: the Debian and npm packages the tests need (hack/deps.sh).
 deps:
@@ -29,6 +30,37 @@ vet:
 
 race:
 	$(GO) test -race -shuffle=on -count=1 -timeout 20m ./...
+
+## kubeapi: kube-apiserver (the k8s.io/kubernetes release matching the project's
+## k8s.io/* modules) and etcd for the real-API tests, built from the separate
+## module in test/kubeapi into test/kubeapi/bin, and the Prometheus Operator
+## CRDs generated from its API types into test/kubeapi/crds. Rebuilt only when
+## that module changes; the Go build cache makes a rebuild cheap.
+KUBEAPI      := test/kubeapi
+KUBE_VERSION := v1.37.2
+KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 \
+	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=37
+MONITORING_MOD := github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring
+KUBEAPI_STAMP  := $(KUBEAPI)/bin/.built
+
+kubeapi: $(KUBEAPI_STAMP)
+
+$(KUBEAPI_STAMP): $(KUBEAPI)/go.mod $(KUBEAPI)/go.sum $(wildcard $(KUBEAPI)/cmd/*/*.go) go.mod
+	cd $(KUBEAPI) && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+	cd $(KUBEAPI) && $(GO) build -o bin/etcd ./cmd/etcd
+	cd $(KUBEAPI) && $(GO) build -o bin/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
+	rm -rf $(KUBEAPI)/crds
+	$(GO) mod download $(MONITORING_MOD)
+	cd "$$($(GO) list -m -f '{{.Dir}}' $(MONITORING_MOD))" && GOFLAGS=-mod=mod \
+	  $(CURDIR)/$(KUBEAPI)/bin/controller-gen crd paths=./v1 output:crd:dir=$(CURDIR)/$(KUBEAPI)/crds
+	touch $@
+
+## kubeapi-check: tidiness and vet of the nested test/kubeapi module, which
+## ./... in the main module does not reach.
+kubeapi-check:
+	cd $(KUBEAPI) && $(GO) mod tidy -diff && $(GO) vet ./...
 
 lint: $(GOLANGCI)
 	$(GOLANGCI) run ./...

@@ -53,6 +53,9 @@ type Server struct {
 	// standby is set while another replica holds the leader lease.
 	standby atomic.Bool
 	ready   atomic.Bool
+	// workerCount and leaderAcquisitions feed stateCollector.
+	workerCount        atomic.Int64
+	leaderAcquisitions atomic.Uint64
 	// readers tracks the Recv goroutines, which outlive their handler by
 	// the moment gRPC takes to cancel the stream.
 	readers sync.WaitGroup
@@ -100,6 +103,7 @@ func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
 	if cfg.KVEvents != nil {
 		s.metrics.reg.MustRegister(cfg.KVEvents.Collectors()...)
 	}
+	s.metrics.reg.MustRegister(newStateCollector(s))
 	tok := cfg.Tokenizer
 	if tok == nil {
 		var err error
@@ -230,6 +234,7 @@ func (s *Server) noteWorkers(set *workerSet) {
 		s.cfg.KVEvents.SetWorkers(set.kv)
 	}
 	s.ready.Store(len(set.byID) > 0)
+	s.workerCount.Store(int64(len(set.byID)))
 	s.updateHealth()
 }
 
@@ -244,7 +249,9 @@ func (s *Server) Ready() bool { return s.ready.Load() && !s.draining.Load() && !
 // view stays current, so it can take over as soon as it is made active
 // again. Requests already dispatched finish normally.
 func (s *Server) SetActive(ctx context.Context, active bool) error {
-	s.standby.Store(!active)
+	if wasStandby := s.standby.Swap(!active); wasStandby && active {
+		s.leaderAcquisitions.Add(1)
+	}
 	s.updateHealth()
 	s.log.Info("leadership changed", "active", active)
 	if !s.running() {

@@ -80,6 +80,7 @@ leaderElection: {leaseDuration: 20s, renewDeadline: 15s, retryPeriod: 3s}
 	"everything": sampleConfig + `
 integration: istio
 serviceMonitor: {enabled: true, labels: {release: prom}}
+prometheusRule: {enabled: true, labels: {release: prom}}
 podDisruptionBudget: {enabled: true}
 grafanaDashboard: {enabled: true}
 tenants:
@@ -112,7 +113,7 @@ func TestRenderKinds(t *testing.T) {
 		{"default", []string{"ConfigMap", "Deployment", "NetworkPolicy", "Service", "ServiceAccount"}},
 		{"istio", []string{"ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "Service", "ServiceAccount"}},
 		{"envoyGateway", []string{"BackendTrafficPolicy", "ClientTrafficPolicy", "ConfigMap", "Deployment", "EnvoyExtensionPolicy", "NetworkPolicy", "Service", "ServiceAccount"}},
-		{"everything", []string{"ConfigMap", "ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
+		{"everything", []string{"ConfigMap", "ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "PodDisruptionBudget", "PrometheusRule", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
 		{"kubernetesService", []string{"ConfigMap", "Deployment", "NetworkPolicy", "Role", "RoleBinding", "Service", "ServiceAccount"}},
 		{"kubernetesSelector", []string{"ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "Role", "RoleBinding", "Service", "ServiceAccount"}},
 		{"inferencePool", []string{"ConfigMap", "Deployment", "NetworkPolicy", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"}},

@@ -100,6 +100,12 @@ func outsideCluster() []string {
 // read them there.
 func materialise(t *testing.T, r *rendered) []string {
 	t.Helper()
+	return materialiseAs(t, r, "tollgate-5d4f8b7c9-x2x7q", namespace)
+}
+
+// materialiseAs is materialise for the pod named pod in namespace ns.
+func materialiseAs(t *testing.T, r *rendered, pod, ns string) []string {
+	t.Helper()
 	dir := t.TempDir()
 	for name, data := range r.configMap(t, "-config").Data {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
@@ -120,7 +126,7 @@ func materialise(t *testing.T, r *rendered) []string {
 	}
 	_, c := r.deployment(t)
 	out := make([]string, 0, len(c.Args))
-	for _, a := range expandEnv(t, c, "tollgate-5d4f8b7c9-x2x7q", namespace) {
+	for _, a := range expandEnv(t, c, pod, ns) {
 		a = strings.ReplaceAll(a, "/etc/tollgate/config", dir)
 		a = strings.ReplaceAll(a, "/etc/tollgate/tenants", dir)
 		out = append(out, a)

@@ -3,6 +3,7 @@ package charttest
 import (
 	"encoding/json"
 	"maps"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -34,6 +35,9 @@ var exportedMetrics = []string{
 
 // metricName finds metric names in PromQL; histogram series suffixes are
 // folded onto the histogram's name.
+// dashboardFile is the dashboard the chart ships.
+const dashboardFile = chartDir + "/dashboards/tollgate.json"
+
 var metricName = regexp.MustCompile(`\b(?:smg|dynamo|tollgate)_[a-z0-9_]+`)
 
 func TestDashboard(t *testing.T) {
@@ -74,5 +78,35 @@ func TestDashboard(t *testing.T) {
 	}
 	if diff := cmp.Diff(exportedMetrics, slices.Sorted(maps.Keys(used))); diff != "" {
 		t.Errorf("metrics on the dashboard (-exported +used): every exported metric needs a panel and every panel a real metric:\n%s", diff)
+	}
+}
+
+// TestDashboard_READMEShowsEveryQuery: the README's observability section
+// shows each panel's query as the dashboard has it.
+func TestDashboard_READMEShowsEveryQuery(t *testing.T) {
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(readmeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			if !strings.Contains(string(readme), "| `"+tg.Expr+"` |") {
+				t.Errorf("README's dashboard table lacks the query `%s`", tg.Expr)
+			}
+		}
 	}
 }

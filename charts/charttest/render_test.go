@@ -88,6 +88,7 @@ type rendered struct {
 	roleBindings    []*rbacv1.RoleBinding
 	serviceMonitors []*monitoringv1.ServiceMonitor
 	networkPolicies []*networkingv1.NetworkPolicy
+	prometheusRules []*monitoringv1.PrometheusRule
 	envoyFilters    []*istioclient.EnvoyFilter
 	gateway         envoy.GatewayPolicies
 	kinds           []string
@@ -161,6 +162,8 @@ func (r *rendered) decode(doc []byte) error {
 		return strict(doc, &r.networkPolicies)
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return strict(doc, &r.serviceMonitors)
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return strict(doc, &r.prometheusRules)
 	case "networking.istio.io/v1alpha3 EnvoyFilter":
 		ef, err := envoy.DecodeEnvoyFilter(doc)
 		if err != nil {
