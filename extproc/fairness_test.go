@@ -90,7 +90,8 @@ func TestMetrics_FairnessSeries(t *testing.T) {
 		Fairness:         policy.FairnessTenant,
 		TenantMetricTopN: 2,
 	}
-	ts := startServer(t, cfg, oneWorker)
+	// The worker names the model, so it has its own queue and label.
+	ts := startServer(t, cfg, []Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1, Model: "llama"}})
 	p := proto{req: modeBuffered, resp: modeStreamed}
 	a := ts.open()
 	a.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-tenant-id", "red"), reqBody(chatBody, true))
