@@ -176,7 +176,14 @@ func (st *stack) startServer(ctx context.Context, cfg extproc.Config, workers []
 	st.wg.Go(func() { _ = st.gs.Serve(gl) })
 	st.wg.Go(func() { _ = st.ms.Serve(ml) })
 
-	st.sim, err = envoysim.New(envoysim.Config{
+	st.sim, err = envoysim.New(st.gatewayConfig())
+	return err
+}
+
+// gatewayConfig is the simulated Envoy of every gateway replica in front
+// of st's tollgate.
+func (st *stack) gatewayConfig() envoysim.Config {
+	return envoysim.Config{
 		ExtProcAddr:       st.grpcAddr,
 		Mode:              envoyMode(),
 		MessageTimeout:    messageTimeout,
@@ -186,20 +193,13 @@ func (st *stack) startServer(ctx context.Context, cfg extproc.Config, workers []
 		// and response headers tollgate may hold for preemption.
 		RequestAttributes:                       []string{"source.address"},
 		SendBodyWithoutWaitingForHeaderResponse: true,
-	})
-	return err
+	}
 }
 
 // addGateway starts one more simulated Envoy in front of the same tollgate
 // and workers (as a second gateway replica would be); close stops it.
 func (st *stack) addGateway() (*envoysim.Sim, error) {
-	sim, err := envoysim.New(envoysim.Config{
-		ExtProcAddr:       st.grpcAddr,
-		Mode:              envoyMode(),
-		MessageTimeout:    messageTimeout,
-		MaxMessageTimeout: extproc.DefaultEnvoyMaxMessageTimeout,
-		StatusOnError:     http.StatusServiceUnavailable,
-	})
+	sim, err := envoysim.New(st.gatewayConfig())
 	if err != nil {
 		return nil, err
 	}
