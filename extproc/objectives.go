@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -42,4 +44,41 @@ func (p *planner) setObjectives(found policy.Objectives) (policy.Objectives, err
 	}
 	p.objectives.Store(&merged)
 	return merged, nil
+}
+
+// Sources of an objective name, the source label of tollgate_objectives.
+const (
+	objectiveFromFlag   = "flag"
+	objectiveFromObject = "inferenceobjective"
+)
+
+// objectiveCollector exports the objective mapping in force: how many
+// names map to each class, by where the mapping comes from. Eight series
+// at most, whatever the number of names.
+type objectiveCollector struct {
+	s    *Server
+	desc *prometheus.Desc
+}
+
+func newObjectiveCollector(s *Server) *objectiveCollector {
+	return &objectiveCollector{s: s, desc: prometheus.NewDesc("tollgate_objectives",
+		"Objective header values mapped to each priority class, by source: flag (--objective-class) or inferenceobjective (InferenceObjective objects of the pool).",
+		[]string{"class", "source"}, nil)}
+}
+
+func (c *objectiveCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *objectiveCollector) Collect(ch chan<- prometheus.Metric) {
+	var flag, object [sched.NumPriorities]int
+	for name, p := range *c.s.planner.objectives.Load() {
+		if _, ok := c.s.cfg.Objectives[name]; ok {
+			flag[p]++
+		} else {
+			object[p]++
+		}
+	}
+	for p := range sched.Priority(sched.NumPriorities) {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(flag[p]), p.String(), objectiveFromFlag)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(object[p]), p.String(), objectiveFromObject)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -94,5 +96,29 @@ func TestServer_SetObjectivesRejectsBadMappings(t *testing.T) {
 				t.Errorf("a rejected mapping changed the one in force to %v", got)
 			}
 		})
+	}
+}
+
+func TestMetrics_Objectives(t *testing.T) {
+	srv, err := New(fairnessConfig(t, policy.FairnessNone), nil) // flags: chat=interactive, batch=bulk
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.SetObjectives(policy.Objectives{"assist": sched.PriorityInteractive, "chat": sched.PriorityBulk, "plain": sched.PriorityDefault}); err != nil {
+		t.Fatal(err)
+	}
+	want := `# HELP tollgate_objectives Objective header values mapped to each priority class, by source: flag (--objective-class) or inferenceobjective (InferenceObjective objects of the pool).
+# TYPE tollgate_objectives gauge
+tollgate_objectives{class="bulk",source="flag"} 1
+tollgate_objectives{class="bulk",source="inferenceobjective"} 0
+tollgate_objectives{class="default",source="flag"} 0
+tollgate_objectives{class="default",source="inferenceobjective"} 1
+tollgate_objectives{class="interactive",source="flag"} 1
+tollgate_objectives{class="interactive",source="inferenceobjective"} 1
+tollgate_objectives{class="system",source="flag"} 0
+tollgate_objectives{class="system",source="inferenceobjective"} 0
+`
+	if err := testutil.GatherAndCompare(srv.metrics.reg, strings.NewReader(want), "tollgate_objectives"); err != nil {
+		t.Error(err)
 	}
 }

@@ -374,8 +374,8 @@ func (p *tollgateProc) stop(t *testing.T) {
 	}
 }
 
-// metric returns the value of a label-less series, or -1 when absent or
-// unreachable.
+// metric returns the value of a series, named with its labels in
+// exposition order when it has any, or -1 when absent or unreachable.
 func (p *tollgateProc) metric(name string) float64 {
 	body := p.scrape()
 	sc := bufio.NewScanner(strings.NewReader(body))
@@ -675,6 +675,15 @@ spec:
 	eventually(t, 30*time.Second, "batch interactive after its update, plain gone", func() bool {
 		return p.objectiveClasses() == `"objectives":3,"from_flags":1,"system":1,"interactive":2,"default":0,"bulk":0`
 	}, p)
+	for series, want := range map[string]float64{
+		`tollgate_objectives{class="interactive",source="inferenceobjective"}`: 2,
+		`tollgate_objectives{class="system",source="flag"}`:                    1,
+		`tollgate_objectives{class="bulk",source="inferenceobjective"}`:        0,
+	} {
+		if got := p.metric(series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
 
 	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, "vllm-llama-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
