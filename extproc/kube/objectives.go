@@ -247,8 +247,8 @@ func (s *ObjectiveSource) build() (policy.Objectives, map[string]string) {
 	found := make(policy.Objectives)
 	for _, obj := range s.inf.GetStore().List() {
 		u, ok := obj.(*unstructured.Unstructured)
-		if !ok || u.GetNamespace() != s.cfg.Namespace {
-			continue
+		if !ok || u.GetNamespace() != s.cfg.Namespace || u.GetDeletionTimestamp() != nil {
+			continue // a deleted object no longer maps, even while finalizers hold it
 		}
 		if ref, _, _ := unstructured.NestedString(u.Object, "spec", "poolRef", "name"); ref != s.cfg.Pool {
 			continue // another pool's objective

@@ -107,6 +107,8 @@ func runObjectiveSource(t *testing.T, src *ObjectiveSource) {
 func TestObjectiveSource_FollowsObjects(t *testing.T) {
 	xgroup := inferenceObjective("legacy", "pool", ptr(int64(5)))
 	xgroup.Object["spec"].(map[string]any)["poolRef"].(map[string]any)["group"] = "inference.networking.x-k8s.io"
+	leaving := inferenceObjective("leaving", "pool", ptr(int64(4)))
+	leaving.SetDeletionTimestamp(&now)
 	dyn := newPoolDynamic(
 		inferenceObjective("chat", "pool", ptr(int64(10))),
 		inferenceObjective("batch", "pool", ptr(int64(-3))),
@@ -115,6 +117,7 @@ func TestObjectiveSource_FollowsObjects(t *testing.T) {
 		inferenceObjective("elsewhere", "other-pool", ptr(int64(-9))),
 		inferenceObjective("pinned", "pool", ptr(int64(-1))),
 		xgroup,
+		leaving,
 	)
 	rec, logs := newObjRecorder(), &logBuffer{}
 	src, err := NewObjectiveSource(ObjectiveConfig{
