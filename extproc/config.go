@@ -133,8 +133,9 @@ type Config struct {
 	// other mode turns Sched.Fairness on.
 	Fairness policy.FairnessMode
 	// Objectives maps objective header values to priority classes
-	// (--objective-class); the tenant clamp still applies. Nil: the
-	// objective header is ignored.
+	// (--objective-class); the tenant clamp still applies. They win over
+	// the names Server.SetObjectives installs later. Nil, and nothing
+	// installed: the objective header is ignored.
 	Objectives policy.Objectives
 
 	// MaxBodyBytes bounds a request body (413 above it). 0 means
@@ -293,6 +294,9 @@ func (c Config) Validate() error {
 	}
 	if d.EnvoyMaxMessageTimeout > 0 && d.EnvoyMaxMessageTimeout < d.EnvoyMessageTimeout {
 		bad("envoy max message timeout %v is less than the envoy message timeout %v", d.EnvoyMaxMessageTimeout, d.EnvoyMessageTimeout)
+	}
+	if err := c.Objectives.Validate(); err != nil {
+		bad("objective classes: %v", err)
 	}
 	if c.RouterTTL < 0 {
 		bad("router ttl %v is negative", c.RouterTTL)

@@ -54,6 +54,9 @@ type planner struct {
 	preemptible [sched.NumPriorities]bool
 	// queueTimeout[p] is class p's queue timeout, 0 when admission is off.
 	queueTimeout [sched.NumPriorities]time.Duration
+	// objectives is the objective mapping in force: cfg.Objectives merged
+	// with what Server.SetObjectives installed. Never nil.
+	objectives atomic.Pointer[policy.Objectives]
 	// warnedSourceAddress is set once the missing source.address
 	// attribute was logged.
 	warnedSourceAddress atomic.Bool
@@ -68,6 +71,8 @@ func newPlanner(cfg *Config, tok Tokenizer, m *metrics) (*planner, error) {
 		prefix:  &prefixCache{idx: prefix.New(cfg.RouterTTL, cfg.PrefixMaxEntries), events: cfg.KVEvents},
 		metrics: m,
 	}
+	obj := cfg.Objectives
+	p.objectives.Store(&obj)
 	if p.tenants == nil {
 		t, err := policy.NewTenants(policy.TenantOptions{})
 		if err != nil {
@@ -128,7 +133,7 @@ func (p *planner) identify(h *headerInfo, clientIP string, admission bool) (iden
 		p.metrics.unknownPriority.WithLabelValues(p.metrics.tenants.label(tenant)).Inc()
 	}
 	if !present {
-		obj, found, err := p.cfg.Objectives.Objective(h.lookup)
+		obj, found, err := p.objectives.Load().Objective(h.lookup)
 		if err != nil {
 			return identity{}, headerRejection(err)
 		}

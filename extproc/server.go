@@ -104,6 +104,7 @@ func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
 		s.metrics.reg.MustRegister(cfg.KVEvents.Collectors()...)
 	}
 	s.metrics.reg.MustRegister(newStateCollector(s))
+	s.metrics.reg.MustRegister(newObjectiveCollector(s))
 	tok := cfg.Tokenizer
 	if tok == nil {
 		var err error

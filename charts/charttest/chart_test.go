@@ -71,6 +71,8 @@ discovery:
   mode: inferencepool
   inferencePool: {name: vllm-llama}
   defaults: {maxRunningRequests: 64}
+fairness: {mode: tenant, maxFlows: 256, weights: {"header:team-a": 3}}
+objectiveClasses: {pinned: system}
 `,
 	"leaderElection": sampleConfig + `
 integration: envoyGateway

@@ -102,7 +102,8 @@ func cluster(t *testing.T) *apiserver.Cluster {
 
 // crdFiles lists the CRDs the chart's objects need: Istio's and Envoy
 // Gateway's from their Go modules, the Prometheus Operator's generated
-// from its API types (make kubeapi), and the InferencePool's.
+// from its API types (make kubeapi), and the InferencePool's and
+// InferenceObjective's.
 func crdFiles(t *testing.T) []string {
 	t.Helper()
 	modDir := func(mod string) string { // the module at the version go.mod requires
@@ -120,6 +121,7 @@ func crdFiles(t *testing.T) []string {
 		filepath.Join(eg, "gateway.envoyproxy.io_backendtrafficpolicies.yaml"),
 		filepath.Join(eg, "gateway.envoyproxy.io_clienttrafficpolicies.yaml"),
 		"testdata/inferencepool-crd.yaml",
+		"testdata/inferenceobjective-crd.yaml",
 	}
 	apiserverBin, _ := apiserver.Binaries()
 	monitoring := filepath.Join(filepath.Dir(filepath.Dir(apiserverBin)), "crds")
@@ -372,8 +374,8 @@ func (p *tollgateProc) stop(t *testing.T) {
 	}
 }
 
-// metric returns the value of a label-less series, or -1 when absent or
-// unreachable.
+// metric returns the value of a series, named with its labels in
+// exposition order when it has any, or -1 when absent or unreachable.
 func (p *tollgateProc) metric(name string) float64 {
 	body := p.scrape()
 	sc := bufio.NewScanner(strings.NewReader(body))
@@ -386,6 +388,18 @@ func (p *tollgateProc) metric(name string) float64 {
 		}
 	}
 	return -1
+}
+
+// objectiveClasses returns the counts of the last "objective classes
+// applied" log line, from "objectives" on, or "" before the first.
+func (p *tollgateProc) objectiveClasses() string {
+	last := ""
+	for l := range strings.Lines(p.out.String()) {
+		if _, rest, ok := strings.Cut(l, `"msg":"objective classes applied",`); ok {
+			last = strings.TrimSuffix(strings.TrimSpace(rest), "}")
+		}
+	}
+	return last
 }
 
 var workerLabel = regexp.MustCompile(`^tollgate_worker_active_requests\{[^}]*worker="([^"]*)"`)
@@ -581,9 +595,11 @@ func TestRealAPI_EndpointSliceDiscovery(t *testing.T) {
 }
 
 // TestRealAPI_InferencePoolDiscovery runs tollgate with the chart's
-// inferencepool discovery, leader election and RBAC against an installed
-// InferencePool CRD: the pool's selector picks its pods, a deleted pod
-// leaves the worker set, and the Role is limited to the one pool.
+// inferencepool discovery, leader election and RBAC against installed
+// InferencePool and InferenceObjective CRDs: the pool's selector picks its
+// pods, a deleted pod leaves the worker set, the pool's InferenceObjectives
+// map onto classes and follow updates (the chart's --objective-class
+// winning), and the Role is limited to what that needs.
 func TestRealAPI_InferencePoolDiscovery(t *testing.T) {
 	c := cluster(t)
 	const ns = "pool"
@@ -613,25 +629,83 @@ spec:
 	}
 	workerPod(t, c, ns, "vllm-llama-0", "10.2.0.10", nil)
 	workerPod(t, c, ns, "vllm-llama-1", "10.2.0.11", map[string]string{kube.AnnotationDPSize: "2"})
+	// The scenario's values map "pinned" to system with --objective-class.
+	objectives := dc.Resource(kube.InferenceObjectiveGVR).Namespace(ns)
+	for _, doc := range []string{
+		`{metadata: {name: chat}, spec: {poolRef: {name: vllm-llama}, priority: 10}}`,
+		`{metadata: {name: batch}, spec: {poolRef: {name: vllm-llama}, priority: -1}}`,
+		`{metadata: {name: plain}, spec: {poolRef: {name: vllm-llama}}}`,
+		`{metadata: {name: pinned}, spec: {poolRef: {name: vllm-llama}, priority: -5}}`,
+		`{metadata: {name: elsewhere}, spec: {poolRef: {name: other-pool}, priority: 3}}`,
+	} {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		u.SetAPIVersion("inference.networking.x-k8s.io/v1alpha2")
+		u.SetKind("InferenceObjective")
+		if _, err := objectives.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	p := runTollgate(t, r, ns, "tollgate-7d8e9-fghij", serviceAccountKubeconfig(t, c, r, ns))
 	eventually(t, 45*time.Second, "the pool's two pods as workers, as leader", func() bool {
 		return p.metric("tollgate_workers") == 2 && p.metric("tollgate_leader") == 1
 	}, p)
+	eventually(t, 30*time.Second, "chat, batch and plain from objects, pinned from the flag", func() bool {
+		return p.objectiveClasses() == `"objectives":4,"from_flags":1,"system":1,"interactive":1,"default":1,"bulk":1`
+	}, p)
+	if !strings.Contains(p.out.String(), `spec.priority -5 (class bulk) ignored: --objective-class maps pinned to system`) {
+		t.Errorf("the shadowed object is not logged:\n%s", p.out.String())
+	}
+	batch, err := objectives.Get(ctx, "batch", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(batch.Object, int64(2), "spec", "priority"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := objectives.Update(ctx, batch, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := objectives.Delete(ctx, "plain", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "batch interactive after its update, plain gone", func() bool {
+		return p.objectiveClasses() == `"objectives":3,"from_flags":1,"system":1,"interactive":2,"default":0,"bulk":0`
+	}, p)
+	for series, want := range map[string]float64{
+		`tollgate_objectives{class="interactive",source="inferenceobjective"}`: 2,
+		`tollgate_objectives{class="system",source="flag"}`:                    1,
+		`tollgate_objectives{class="bulk",source="inferenceobjective"}`:        0,
+	} {
+		if got := p.metric(series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+
 	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, "vllm-llama-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "one worker after the pod was deleted", func() bool { return p.metric("tollgate_workers") == 1 }, p)
 
-	const inf = "inference.networking.k8s.io"
+	const (
+		inf  = "inference.networking.k8s.io"
+		infx = "inference.networking.x-k8s.io"
+	)
 	checkAccess(t, c, ns, r.serviceAccounts[0].Name,
 		[]access{
 			{"list", inf, "inferencepools", ns, "vllm-llama"}, {"watch", inf, "inferencepools", ns, "vllm-llama"},
+			{"list", infx, "inferenceobjectives", ns, ""}, {"watch", infx, "inferenceobjectives", ns, ""},
 			{"list", "", "pods", ns, ""}, {"watch", "", "pods", ns, ""},
 		},
 		[]access{
 			{"list", inf, "inferencepools", ns, ""}, {"list", inf, "inferencepools", ns, "other-pool"},
 			{"update", inf, "inferencepools", ns, "vllm-llama"}, {"get", inf, "inferencepools", ns, "vllm-llama"},
+			{"get", infx, "inferenceobjectives", ns, "chat"}, {"update", infx, "inferenceobjectives", ns, "chat"},
+			{"create", infx, "inferenceobjectives", ns, ""}, {"list", infx, "inferenceobjectives", "default", ""},
+			{"list", infx, "inferenceobjectives", "", ""},
 			{"list", "discovery.k8s.io", "endpointslices", ns, ""}, {"list", "", "secrets", ns, ""},
 		})
 }

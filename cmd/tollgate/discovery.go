@@ -23,6 +23,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/kube"
+	"github.com/tollgate/tollgate/sched/policy"
 )
 
 // Values of --discovery.
@@ -287,8 +288,10 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 // startDiscovery starts the configured worker source, feeding srv.SetWorkers,
-// and leader election; goroutines are added to wg and end with ctx.
-func startDiscovery(ctx context.Context, o *options, srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) error {
+// with inferencepool discovery the pool's InferenceObjectives, feeding
+// srv.SetObjectives (explicit are the --objective-class names), and leader
+// election; goroutines are added to wg and end with ctx.
+func startDiscovery(ctx context.Context, o *options, explicit policy.Objectives, srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) error {
 	d := &o.discovery
 	if d.mode == discoveryStatic && !d.leaderElect {
 		return nil
@@ -313,6 +316,10 @@ func startDiscovery(ctx context.Context, o *options, srv *extproc.Server, log *s
 	if err != nil {
 		return err
 	}
+	objectives, err := d.objectiveSource(cfg, explicit, srv, log)
+	if err != nil {
+		return err
+	}
 	var el *kube.Elector
 	if d.leaderElect {
 		lc, err := d.leaderConfig()
@@ -326,6 +333,9 @@ func startDiscovery(ctx context.Context, o *options, srv *extproc.Server, log *s
 	}
 	if src != nil {
 		wg.Go(func() { _ = src.Run(ctx) })
+	}
+	if objectives != nil {
+		wg.Go(func() { _ = objectives.Run(ctx) })
 	}
 	if el != nil {
 		// On SIGTERM or SIGINT the leader releases the Lease at once, so a
@@ -391,4 +401,28 @@ func (d *discoveryOptions) source(cfg *rest.Config, client kubernetes.Interface,
 		return kube.NewPoolSource(sc, dyn, name)
 	}
 	return nil, fmt.Errorf("--discovery: unknown source %q", d.mode)
+}
+
+// objectiveSource builds the InferenceObjective source of inferencepool
+// discovery, or nil in the other modes.
+func (d *discoveryOptions) objectiveSource(cfg *rest.Config, explicit policy.Objectives, srv *extproc.Server, log *slog.Logger) (*kube.ObjectiveSource, error) {
+	if d.mode != discoveryInferencePool {
+		return nil, nil
+	}
+	ns, name, err := splitRef("--pool", d.pool)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	return kube.NewObjectiveSource(kube.ObjectiveConfig{
+		Namespace: ns,
+		Pool:      name,
+		Explicit:  explicit,
+		Apply:     srv.SetObjectives,
+		Logger:    log.With("component", "discovery", "source", "inferenceobjectives"),
+		Debounce:  d.debounce,
+	}, dyn)
 }

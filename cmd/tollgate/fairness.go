@@ -25,7 +25,7 @@ func registerFairnessFlags(fs *flag.FlagSet, o *fairnessOptions) {
 	fs.StringVar(&o.mode, "fairness", "none", "fair share between keys inside a policy class: none, tenant (the resolved tenant) or header (x-llm-d-inference-fairness-id, else the tenant)")
 	fs.IntVar(&o.maxFlows, "fairness-max-flows", sched.DefaultMaxFlows, "flows per lane; keys past it share one overflow flow")
 	fs.Var(&o.weights, "fairness-weight", "weight of a fairness key as KEY=WEIGHT, 1 to 1000 (repeatable; default 1)")
-	fs.Var(&o.objectives, "objective-class", "map an x-llm-d-inference-objective value to a priority class as NAME=CLASS (repeatable)")
+	fs.Var(&o.objectives, "objective-class", "map an x-llm-d-inference-objective value to a priority class as NAME=CLASS (repeatable); wins over the InferenceObjectives of --discovery=inferencepool")
 }
 
 // apply resolves the flags into cfg (after cfg.Sched is set).

@@ -23,6 +23,19 @@
 //     extproc answers with the x-gateway-destination-endpoint header and the
 //     same value under the envoy.lb dynamic metadata, and serves gRPC health.
 //
+// Next to an InferencePool source, NewObjectiveSource follows the
+// InferenceObjectives (inference.networking.x-k8s.io/v1alpha2) of the same
+// namespace whose spec.poolRef names the pool, decoding only spec.priority
+// and spec.poolRef. Each gives its name (the objective header value) a
+// priority class by policy.ObjectiveClass (negative: bulk, 0 or unset:
+// default, positive: interactive); names the operator maps with
+// --objective-class are left to the flags. It debounces like the worker
+// sources and hands the whole mapping to ObjectiveConfig.Apply, normally
+// (*extproc.Server).SetObjectives, which swaps it in atomically. It runs
+// apart from the worker sources, so a cluster without the
+// InferenceObjective CRD (logged once, then checked again with the
+// reflector's backoff) never holds up worker discovery.
+//
 // Both read worker capacity from the pod's annotations (AnnotationWorkerID,
 // AnnotationMaxRunningRequests, AnnotationMaxNumBatchedTokens,
 // AnnotationDPSize, AnnotationDPStartRank, AnnotationTaints,

@@ -46,7 +46,12 @@ func priorityConfig() sched.PriorityConfig {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
-	srv, err := extproc.New(extproc.Config{Sched: sched.Config{Priority: priorityConfig()}}, nil)
+	return startStackWith(t, extproc.Config{Sched: sched.Config{Priority: priorityConfig()}})
+}
+
+func startStackWith(t *testing.T, cfg extproc.Config) *stack {
+	t.Helper()
+	srv, err := extproc.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

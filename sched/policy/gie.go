@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/tollgate/tollgate/sched"
@@ -152,4 +155,57 @@ func (o Objectives) Objective(lookup Lookup) (p sched.Priority, found bool, err 
 		return p, ok, nil
 	}
 	return 0, false, nil
+}
+
+// MaxObjectives bounds the objective names one mapping holds: the
+// --objective-class entries and the InferenceObjective objects together.
+const MaxObjectives = 1024
+
+// ObjectiveClass maps an InferenceObjective's integer spec.priority onto a
+// priority class: negative is bulk, zero or unset (nil) is default, and
+// positive is interactive. system is never derived from an object; only an
+// explicit --objective-class maps a name to it. The rule keeps the API's
+// order (a higher priority is never served after a lower one) and its
+// zero point (an unset priority counts as 0).
+func ObjectiveClass(priority *int64) sched.Priority {
+	switch {
+	case priority == nil || *priority == 0:
+		return sched.PriorityDefault
+	case *priority < 0:
+		return sched.PriorityBulk
+	}
+	return sched.PriorityInteractive
+}
+
+// CheckObjectiveName reports why name cannot be an objective name: empty,
+// longer than MaxFairnessIDBytes, or not visible ASCII without spaces at
+// either end (a header value is trimmed, so it could never match).
+func CheckObjectiveName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("the objective name is empty")
+	case len(name) > MaxFairnessIDBytes:
+		return fmt.Errorf("the objective name is %d bytes long, more than %d", len(name), MaxFairnessIDBytes)
+	case !visibleASCII(name) || trimASCIISpace(name) != name:
+		return fmt.Errorf("the objective name %q is not visible ASCII without surrounding spaces", name)
+	}
+	return nil
+}
+
+// Validate reports every problem with o, joined: more than MaxObjectives
+// names, a bad name, or an unknown class.
+func (o Objectives) Validate() error {
+	var errs []error
+	if len(o) > MaxObjectives {
+		errs = append(errs, fmt.Errorf("%d objectives, more than %d", len(o), MaxObjectives))
+	}
+	for _, name := range slices.Sorted(maps.Keys(o)) {
+		if err := CheckObjectiveName(name); err != nil {
+			errs = append(errs, err)
+		}
+		if p := o[name]; p >= sched.NumPriorities {
+			errs = append(errs, fmt.Errorf("objective %q: class %d is not a priority class", name, p))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -104,5 +105,24 @@ func TestObjectives(t *testing.T) {
 	}
 	if _, found, _ := Objectives(nil).Objective(lookupOf(map[string]string{HeaderObjective: "chat"})); found {
 		t.Fatal("an empty mapping found an objective")
+	}
+}
+
+func TestObjectiveClass(t *testing.T) {
+	p := func(v int64) *int64 { return &v }
+	for _, tt := range []struct {
+		priority *int64
+		want     sched.Priority
+	}{
+		{nil, sched.PriorityDefault},
+		{p(0), sched.PriorityDefault},
+		{p(-1), sched.PriorityBulk},
+		{p(math.MinInt64), sched.PriorityBulk},
+		{p(1), sched.PriorityInteractive},
+		{p(math.MaxInt64), sched.PriorityInteractive}, // never system
+	} {
+		if got := ObjectiveClass(tt.priority); got != tt.want {
+			t.Errorf("ObjectiveClass(%v) = %v, want %v", tt.priority, got, tt.want)
+		}
 	}
 }
