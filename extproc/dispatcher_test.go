@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -202,23 +204,71 @@ func TestDispatcher_DispatchOutsideTheWorkerSetIsUndone(t *testing.T) {
 	}
 }
 
+// TestDispatcher_TicksAtTheNextDeadline runs in a synctest bubble: the
+// queued signal and the tick's decision are observed one at a time, and the
+// tick must come exactly at the deadline the scheduler gave, on the fake
+// clock, however slowly the machine runs.
 func TestDispatcher_TicksAtTheNextDeadline(t *testing.T) {
-	f := &fakeScheduler{}
-	f.submit = func(sched.Request) []sched.Action {
-		f.deadline = time.Now().Add(20 * time.Millisecond)
-		return nil
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu       sync.Mutex // the dispatcher writes, the test reads
+			deadline time.Time
+			ticks    []time.Time
+		)
+		f := &fakeScheduler{}
+		f.submit = func(sched.Request) []sched.Action {
+			mu.Lock()
+			deadline = time.Now().Add(20 * time.Millisecond)
+			mu.Unlock()
+			f.mu.Lock()
+			f.deadline = deadline
+			f.mu.Unlock()
+			return nil
+		}
+		f.tick = func(now time.Time) []sched.Action {
+			mu.Lock()
+			ticks = append(ticks, now)
+			mu.Unlock()
+			return []sched.Action{{Kind: sched.ActionReject, ID: 5, Outcome: sched.OutcomeQueueTimeout, Queued: true}}
+		}
+		d := runDispatcher(t, f)
+		tk := submit(t, d, 5)
+		synctest.Wait() // the dispatcher handled the submit and waits on its timer
+		if st := signalled(t, tk); !st.queued || st.decided {
+			t.Fatalf("after submit: %+v", st)
+		}
+		time.Sleep(20*time.Millisecond - time.Nanosecond)
+		synctest.Wait()
+		mu.Lock()
+		early := slices.Clone(ticks)
+		mu.Unlock()
+		if len(early) != 0 {
+			t.Fatalf("ticked at %v, before the deadline", early)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if st := signalled(t, tk); !st.decided || st.action.Outcome != sched.OutcomeQueueTimeout {
+			t.Fatalf("after the deadline: %+v", st)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if diff := cmp.Diff([]time.Time{deadline}, ticks); diff != "" {
+			t.Errorf("ticks (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// signalled returns the ticket's state if a signal is pending, and fails
+// the test if none is. Use it after synctest.Wait.
+func signalled(t *testing.T, tk *ticket) ticketState {
+	t.Helper()
+	select {
+	case <-tk.wake:
+		return tk.load()
+	default:
+		t.Fatal("ticket not signalled")
 	}
-	f.tick = func(time.Time) []sched.Action {
-		return []sched.Action{{Kind: sched.ActionReject, ID: 5, Outcome: sched.OutcomeQueueTimeout, Queued: true}}
-	}
-	d := runDispatcher(t, f)
-	tk := submit(t, d, 5)
-	if st := wake(t, tk); !st.queued {
-		t.Fatalf("%+v", st)
-	}
-	if st := wake(t, tk); st.action.Outcome != sched.OutcomeQueueTimeout {
-		t.Fatalf("%+v", st)
-	}
+	return ticketState{}
 }
 
 func TestDispatcher_DrainRejectsLaterSubmits(t *testing.T) {

@@ -520,3 +520,25 @@ func TestAudit_PrefixHitCreditedOnceAgainstPrefill(t *testing.T) {
 	r.Cached = []CachedTokens{{"a", 1024}}
 	h.want("load outweighs a prefix hit", h.submit(r), "dispatch 1 b/0")
 }
+
+// A queued request no worker can serve needs no slot: when it reaches the
+// head of its lane it is rejected at once with OutcomeNoEndpoints, even
+// while the slot gate is closed, not held until a slot frees or its queue
+// timeout answers it with the wrong reason. (Dynamo queues such an arrival
+// only behind a backlog of its class and fails it when it reaches the head;
+// TestDynamo_NoEndpoints is the same sequence without the slot gate.)
+func TestAudit_UnservableRequestIsRejectedWhileTheSlotGateIsClosed(t *testing.T) {
+	cfg := simSMG(simZeroFloors)
+	cfg.Policy.Root = simProfile(ClassSpec{Name: "c", Quantum: 1, BusyThreshold: simU64(0)})
+	h := newSim(t, cfg, Worker{ID: "w", Model: "m", MaxRunningRequests: 1})
+	h.want("the one slot taken", h.submit(simReq(1, PriorityDefault, 8)), "dispatch 1 w/0")
+	h.want("a backlog", h.submit(simReq(2, PriorityDefault, 8)))
+	tainted := simReq(3, PriorityDefault, 8)
+	tainted.RequiredTaints = []string{"y"}
+	h.want("no worker carries y: joins the backlog", h.submit(tainted))
+	h.want("2 takes the freed slot, 3 reaches the head and fails", h.done(1),
+		"dispatch 2 w/0 queued", "reject 3 no_endpoints queued")
+	if h.s.queuedTotal != 0 {
+		t.Fatalf("%d queued; want none", h.s.queuedTotal)
+	}
+}

@@ -46,8 +46,9 @@
 // ranks are), or the pinned rank is not busy. The slot gate (SMG), only with
 // the priority scheduler enabled, for every class: free(class) > 0 under the
 // reservation formula, or in_flight < capacity for a starvation-promoted
-// request. A request with no eligible worker at all is dispatchable, and is
-// then rejected with OutcomeNoEndpoints, so it never waits for nothing.
+// request. A request with no eligible worker at all is dispatchable, even
+// while the slot gate is closed, and is then rejected with
+// OutcomeNoEndpoints, so it never waits for nothing.
 //
 // An arrival queues when either gate says so: its class has a threshold and
 // already a backlog (no bypass) or a closed worker gate; or the slot gate is

@@ -201,6 +201,7 @@ func (s *Scheduler) unqueue(e *entry, popped bool) {
 	mq.queued[e.class][e.prio]--
 	s.wait[e.prio].remove(e)
 	s.queuedTotal--
+	s.markUnservable(e, false)
 	if v := e.peer; v != nil {
 		v.peer, e.peer = nil, nil
 	}

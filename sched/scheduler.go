@@ -31,7 +31,11 @@ type Scheduler struct {
 	rr          int
 	seq         uint64
 	queuedTotal int
-	wait        [NumPriorities]waitList
+	// unservable counts the queued entries no worker can serve (flagged
+	// flagUnservable): they need no slot, so the slot gate does not stop a
+	// pass while there are any.
+	unservable int
+	wait       [NumPriorities]waitList
 
 	// Slot pool (slots.go).
 	capacity      uint32
@@ -94,6 +98,9 @@ const (
 	flagSince
 	// flagPrefilling: the request is counted in its rank's prefilling count.
 	flagPrefilling
+	// flagUnservable: the request is queued, unpinned, and no worker of the
+	// set is eligible for it; it is counted in Scheduler.unservable.
+	flagUnservable
 )
 
 // New builds a scheduler over an initial worker set. It fails when the SMG
@@ -224,6 +231,9 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 	}
 	slotFull := s.prio && eligible && s.freeSlots(e.prio) == 0
 	if s.join(e, t) {
+		if !eligible {
+			s.markUnservable(e, true)
+		}
 		if slotFull && s.cfg.Priority.Classes[e.prio].CanPreempt {
 			s.preemptFor(e)
 		}
@@ -242,7 +252,7 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 // moves its flow's DRR turn, so the pass goes on until nothing yields.
 func (s *Scheduler) settle(e *entry, t instant) {
 	mq := e.mq
-	for (e.state == stateQueued || s.cfg.Fairness.Enabled) && (!s.prio || s.slotsForQueued()) {
+	for (e.state == stateQueued || s.cfg.Fairness.Enabled) && (!s.prio || s.passable()) {
 		x := mq.ring.pop(s.dispatchable)
 		if x == nil {
 			return
@@ -355,7 +365,9 @@ func (s *Scheduler) SetWorkers(now time.Time, workers []Worker) []Action {
 	for p := range s.wait {
 		for e := s.wait[p].head; e != nil; {
 			next := e.next
-			if e.lane.exact() {
+			if !e.lane.exact() {
+				s.markUnservable(e, !s.anyEligible(e.model, e.taints))
+			} else {
 				pin := Pin{Worker: e.lane.worker, Rank: e.lane.rank, HasRank: true}
 				r, _, fault := s.resolvePin(e.model, e.taints, pin)
 				if fault == pinOK {
@@ -417,19 +429,36 @@ func (s *Scheduler) NextDeadline() (time.Time, bool) {
 // handed for the rest of the pass.
 //
 // With the priority scheduler on, the pass stops (or does not start) as
-// soon as the slot gate can pass no queued entry (slotsForQueued): an
-// arbitration that cannot succeed would only cost time and drop the DRR
-// carry of the last winner, which would flatten the class weights whenever
-// the slot pool is the bottleneck. A queued entry with no eligible worker,
-// which needs no slot, then waits for the next pass in which a slot is
-// free; SetWorkers, which can leave entries without workers, runs the pass
-// without this check.
+// soon as no queued entry can pass (passable): an arbitration that cannot
+// succeed would only cost time and drop the DRR carry of the last winner,
+// which would flatten the class weights whenever the slot pool is the
+// bottleneck. A queued entry with no eligible worker needs no slot: while
+// there is one, the pass goes on with the slot gate closed, so such an
+// entry is rejected as soon as it heads its lane instead of waiting for a
+// free slot or its queue timeout.
 func (s *Scheduler) pass(t instant) { s.dispatchLoop(t, s.prio) }
+
+// passable reports whether a pass can dispatch or reject a queued entry:
+// the slot gate can pass one, or one has no eligible worker.
+func (s *Scheduler) passable() bool { return s.unservable > 0 || s.slotsForQueued() }
+
+// markUnservable sets or clears e's flagUnservable and keeps
+// s.unservable in step.
+func (s *Scheduler) markUnservable(e *entry, on bool) {
+	switch was := e.flags&flagUnservable != 0; {
+	case on && !was:
+		e.flags |= flagUnservable
+		s.unservable++
+	case !on && was:
+		e.flags &^= flagUnservable
+		s.unservable--
+	}
+}
 
 // dispatchLoop implements pass; slotCheck enables the early stop.
 func (s *Scheduler) dispatchLoop(t instant, slotCheck bool) {
 	for idle := 0; idle < len(s.active); {
-		if slotCheck && !s.slotsForQueued() {
+		if slotCheck && !s.passable() {
 			return
 		}
 		if s.rr >= len(s.active) {

@@ -484,7 +484,7 @@ func simInvariants(s *Scheduler) error {
 		byPrio         [NumPriorities]uint32
 	}
 	sums := map[classKey]*classSum{}
-	preemptible := 0
+	preemptible, unservable := 0, 0
 	for id, e := range s.entries {
 		if e.id != id {
 			return fmt.Errorf("entry %d filed under %d", e.id, id)
@@ -498,6 +498,11 @@ func simInvariants(s *Scheduler) error {
 		switch e.state {
 		case stateQueued:
 			queued[e.prio]++
+			if want := !e.lane.exact() && !s.anyEligible(e.model, e.taints); want != (e.flags&flagUnservable != 0) {
+				return fmt.Errorf("queued entry %d: unservable flag %v, want %v", id, !want, want)
+			} else if want {
+				unservable++
+			}
 			if e.lane.exact() && (e.rank == nil || e.rank.key != e.lane || e.rank.removed) {
 				return fmt.Errorf("queued entry %d: pinned rank does not match lane %v", id, e.lane)
 			}
@@ -529,6 +534,9 @@ func simInvariants(s *Scheduler) error {
 		default:
 			return fmt.Errorf("entry %d in state %d", id, e.state)
 		}
+	}
+	if unservable != s.unservable {
+		return fmt.Errorf("%d queued entries without an eligible worker, counter %d", unservable, s.unservable)
 	}
 	var total uint32
 	for p := range inFlight {

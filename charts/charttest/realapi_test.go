@@ -367,8 +367,8 @@ func (p *tollgateProc) stop(t *testing.T) {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
-	case <-time.After(20 * time.Second):
-		t.Errorf("tollgate %s did not stop on SIGTERM", p.pod)
+	case <-time.After(time.Minute):
+		t.Errorf("tollgate %s did not stop within a minute of SIGTERM", p.pod)
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
@@ -416,8 +416,12 @@ func (p *tollgateProc) workers() []string {
 	return ids
 }
 
+// scrapeClient bounds each scrape, so a stalled process cannot hold a poll
+// past its ceiling.
+var scrapeClient = &http.Client{Timeout: 5 * time.Second}
+
 func (p *tollgateProc) scrape() string {
-	resp, err := http.Get("http://" + p.metrics + "/metrics")
+	resp, err := scrapeClient.Get("http://" + p.metrics + "/metrics")
 	if err != nil {
 		return ""
 	}
@@ -436,14 +440,27 @@ func freeLoopback(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// eventually polls ok every 100 ms until it holds or limit passes.
+// eventually polls ok every 100 ms until it holds or limit passes. It
+// fails at once when one of procs exits: that process cannot bring the
+// awaited state any more.
 func eventually(t *testing.T, limit time.Duration, what string, ok func() bool, procs ...*tollgateProc) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for !ok() {
-		if time.Now().After(deadline) {
+		var exited *tollgateProc
+		for _, p := range procs {
+			select {
+			case <-p.done:
+				exited = p
+			default:
+			}
+		}
+		if exited != nil || time.Now().After(deadline) {
 			for _, p := range procs {
 				t.Logf("tollgate %s output:\n%s", p.pod, p.out.String())
+			}
+			if exited != nil {
+				t.Fatalf("tollgate %s exited (%v) while waiting for %s", exited.pod, exited.cmd.ProcessState, what)
 			}
 			t.Fatalf("timed out after %v waiting for %s", limit, what)
 		}
@@ -725,24 +742,38 @@ func TestRealAPI_LeaderElection(t *testing.T) {
 
 	a := runTollgate(t, r, ns, "tollgate-5d4f8-aaaaa", kc)
 	b := runTollgate(t, r, ns, "tollgate-5d4f8-bbbbb", kc)
+	// The ceilings are generous multiples of the scenario's own periods
+	// (leaseDuration 20s, retryPeriod 3s); each wait ends as soon as its
+	// signal shows, or at once when a process exits.
+	const ceiling = 2 * time.Minute
+	eventually(t, ceiling, "both replicas to serve metrics", func() bool {
+		return a.metric("tollgate_leader") >= 0 && b.metric("tollgate_leader") >= 0
+	}, a, b)
+	// The Lease's holder, as the API server has it, must lead and the other
+	// replica stand by. Both are read on every poll: on a loaded machine
+	// the first leader may miss its renew deadline and hand over.
 	var leader, standby *tollgateProc
-	var la, lb float64 // last tollgate_leader of a and b; -1: no answer
+	var ll, ls float64 // last tollgate_leader of the leader and the standby
 	defer func() {
-		if t.Failed() {
-			t.Logf("last tollgate_leader: %s %v, %s %v", a.pod, la, b.pod, lb)
+		if t.Failed() && leader != nil {
+			t.Logf("last tollgate_leader: %s %v, %s %v", leader.pod, ll, standby.pod, ls)
 		}
 	}()
-	eventually(t, 45*time.Second, "one leader and one standby", func() bool {
-		la, lb = a.metric("tollgate_leader"), b.metric("tollgate_leader")
-		switch {
-		case la == 1 && lb == 0:
+	eventually(t, ceiling, "the Lease holder to lead and the other replica to stand by", func() bool {
+		l, err := c.Client.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(l.Items) != 1 || l.Items[0].Spec.HolderIdentity == nil {
+			return false
+		}
+		switch *l.Items[0].Spec.HolderIdentity {
+		case a.pod:
 			leader, standby = a, b
-		case la == 0 && lb == 1:
+		case b.pod:
 			leader, standby = b, a
 		default:
 			return false
 		}
-		return true
+		ll, ls = leader.metric("tollgate_leader"), standby.metric("tollgate_leader")
+		return ll == 1 && ls == 0
 	}, a, b)
 
 	leases, err := c.Client.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
@@ -764,10 +795,14 @@ func TestRealAPI_LeaderElection(t *testing.T) {
 			{"list", "", "pods", ns, ""},
 		})
 
+	acquired := standby.metric("tollgate_leader_acquisitions_total")
+	if acquired < 0 {
+		t.Fatalf("%s exports no tollgate_leader_acquisitions_total", standby.pod)
+	}
 	start := time.Now()
 	leader.stop(t) // SIGTERM: releases the Lease
-	eventually(t, 30*time.Second, "the standby to take over", func() bool {
-		return standby.metric("tollgate_leader") == 1 && standby.metric("tollgate_leader_acquisitions_total") == 1
+	eventually(t, ceiling, "the standby to take over", func() bool {
+		return standby.metric("tollgate_leader") == 1 && standby.metric("tollgate_leader_acquisitions_total") == acquired+1
 	}, standby)
 	took := time.Since(start)
 	l, err := c.Client.CoordinationV1().Leases(ns).Get(ctx, lease.Name, metav1.GetOptions{})

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -137,53 +138,60 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) ti
 	return time.Since(start)
 }
 
+// The elector runs on client-go's timers and a fake clientset, all inside a
+// synctest bubble: lease, renew and retry periods pass on the fake clock,
+// so the timing checks below are exact however loaded the machine is.
 func TestElector_StandbyTakesOverWhenTheLeaderStopsRenewing(t *testing.T) {
-	var partitioned atomic.Bool
-	client := leaseClient(&partitioned)
-	c := &cluster{active: map[string]bool{}}
+	synctest.Test(t, func(t *testing.T) {
+		var partitioned atomic.Bool
+		client := leaseClient(&partitioned)
+		c := &cluster{active: map[string]bool{}}
 
-	a := startReplica(t, client, c, "a")
-	eventually(t, 2*time.Second, "a leads", func() bool { return c.isActive("a") })
-	b := startReplica(t, client, c, "b")
-	time.Sleep(300 * time.Millisecond)
-	if c.isActive("b") || b.el.Leading() || !a.el.Leading() {
-		t.Fatal("the standby became active while the leader renewed")
-	}
+		a := startReplica(t, client, c, "a")
+		eventually(t, 2*time.Second, "a leads", func() bool { return c.isActive("a") })
+		b := startReplica(t, client, c, "b")
+		time.Sleep(300 * time.Millisecond)
+		if c.isActive("b") || b.el.Leading() || !a.el.Leading() {
+			t.Fatal("the standby became active while the leader renewed")
+		}
 
-	// The leader can no longer renew: it steps down after the renew
-	// deadline, and the standby takes over once the lease has expired.
-	partitioned.Store(true)
-	eventually(t, 2*time.Second, "a steps down", func() bool { return !c.isActive("a") })
-	eventually(t, 3*time.Second, "b takes over", func() bool { return c.isActive("b") })
-	if c.isActive("a") {
-		t.Error("both replicas active")
-	}
+		// The leader can no longer renew: it steps down after the renew
+		// deadline, and the standby takes over once the lease has expired.
+		partitioned.Store(true)
+		eventually(t, 2*time.Second, "a steps down", func() bool { return !c.isActive("a") })
+		eventually(t, 3*time.Second, "b takes over", func() bool { return c.isActive("b") })
+		if c.isActive("a") {
+			t.Error("both replicas active")
+		}
 
-	// The old leader reconnects and stays a standby.
-	partitioned.Store(false)
-	time.Sleep(300 * time.Millisecond)
-	if c.isActive("a") || !c.isActive("b") {
-		t.Errorf("after healing: a active %v, b active %v; want only b", c.isActive("a"), c.isActive("b"))
-	}
+		// The old leader reconnects and stays a standby.
+		partitioned.Store(false)
+		time.Sleep(300 * time.Millisecond)
+		if c.isActive("a") || !c.isActive("b") {
+			t.Errorf("after healing: a active %v, b active %v; want only b", c.isActive("a"), c.isActive("b"))
+		}
 
-	// A leader that shuts down releases the lease: the standby takes over
-	// well before the lease would have expired.
-	b.stop()
-	if c.isActive("b") {
-		t.Error("a stopped replica is still active")
-	}
-	if took := eventually(t, 2*time.Second, "a takes over after the release", func() bool { return c.isActive("a") }); took > 900*time.Millisecond {
-		t.Errorf("takeover after a release took %v, want less than the lease duration", took)
-	}
-	a.stop()
-	if c.isActive("a") {
-		t.Error("a stopped replica is still active")
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.overlap) > 0 {
-		t.Errorf("two active replicas: %v", c.overlap)
-	}
+		// A leader that shuts down releases the lease: the standby takes over
+		// at its next retry (at most 220 ms on the fake clock), well before
+		// the lease would have expired (at least 780 ms: a lease of 1 s
+		// observed at most one jittered retry period late).
+		b.stop()
+		if c.isActive("b") {
+			t.Error("a stopped replica is still active")
+		}
+		if took := eventually(t, 2*time.Second, "a takes over after the release", func() bool { return c.isActive("a") }); took > 500*time.Millisecond {
+			t.Errorf("takeover after a release took %v, want less than half the lease duration", took)
+		}
+		a.stop()
+		if c.isActive("a") {
+			t.Error("a stopped replica is still active")
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if len(c.overlap) > 0 {
+			t.Errorf("two active replicas: %v", c.overlap)
+		}
+	})
 }
 
 func TestLeaderConfig_Validate(t *testing.T) {

@@ -21,9 +21,14 @@ func ProcRSS(pid int) (uint64, error) {
 // (nanoseconds on CPU). Threads that already exited are not counted, which
 // suits Go processes: their threads live as long as the process.
 func ProcCPU(pid int) (time.Duration, error) {
-	paths, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	return tasksCPU(fmt.Sprintf("/proc/%d", pid))
+}
+
+// tasksCPU sums the first field of dir/task/*/schedstat.
+func tasksCPU(dir string) (time.Duration, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "task", "*", "schedstat"))
 	if err != nil || len(paths) == 0 {
-		return 0, fmt.Errorf("bench: no schedstat for process %d", pid)
+		return 0, fmt.Errorf("bench: no schedstat under %s", dir)
 	}
 	var total time.Duration
 	for _, p := range paths {

@@ -239,11 +239,9 @@ func TestClientCancelWhileQueuedThenCapacityFrees(t *testing.T) {
 			}
 			s.gate.Open()
 			expectStatus(t, s.await(first).r, http.StatusOK, "")
-			start := time.Now()
+			// The cancelled request holds nothing: no slot, no booking.
+			s.waitIdle()
 			expectStatus(t, s.do(chat("third")), http.StatusOK, "")
-			if time.Since(start) > 5*time.Second {
-				t.Error("capacity was not free again")
-			}
 		})
 	}
 }
@@ -252,7 +250,9 @@ func TestClientCancelWhileQueuedThenCapacityFrees(t *testing.T) {
 // message_timeout is answered by tollgate, never by Envoy's 504.
 func TestMessageTimeoutBudget(t *testing.T) {
 	t.Run("with the override", func(t *testing.T) {
-		s := newStack(t, options{maxRunning: 1, hold: always, messageTimeout: 300 * time.Millisecond, maxMessageTimeout: 10 * time.Second,
+		// Envoy's 600 ms timer is shorter than the class timeout of 1 s;
+		// without the override tollgate would answer at 500 ms.
+		s := newStack(t, options{maxRunning: 1, hold: always, messageTimeout: 600 * time.Millisecond, maxMessageTimeout: 10 * time.Second,
 			config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(time.Second) }})
 		// Not streamed: the parked request sends no response headers that
 		// tollgate would hold (and extend Envoy's timer for) meanwhile.
@@ -271,16 +271,19 @@ func TestMessageTimeoutBudget(t *testing.T) {
 		expectStatus(t, s.await(first).r, http.StatusOK, "")
 	})
 	t.Run("without the override", func(t *testing.T) {
-		s := newStack(t, options{maxRunning: 1, hold: always, messageTimeout: 400 * time.Millisecond, maxMessageTimeout: -1,
-			config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(30 * time.Second) }})
+		// tollgate answers 500 ms before Envoy's 1 s timer fires: a margin
+		// no scheduling delay on a loaded machine eats. Whether it beat
+		// the timer is the simulated Envoy's verdict (a 504 and a counted
+		// message timeout otherwise), not a wall-clock reading.
+		s := newStack(t, options{maxRunning: 1, hold: always, messageTimeout: time.Second, maxMessageTimeout: -1,
+			config: func(c *extproc.Config) {
+				c.Sched.Priority = priorityConfig(30 * time.Second)
+				c.EnvoyTimeoutMargin = 500 * time.Millisecond
+			}})
 		first := s.async(context.Background(), chat("first"))
 		s.parked(1)
-		start := time.Now()
 		r := s.do(chat("second"))
 		expectStatus(t, r, http.StatusServiceUnavailable, "scheduler_queue_timeout")
-		if waited := time.Since(start); waited > 400*time.Millisecond {
-			t.Errorf("answered after %v, past Envoy's 400 ms timer", waited)
-		}
 		if st := s.sim.Stats(); st.MessageTimeouts != 0 || st.OverrideMessageTimeoutReceived != 0 {
 			t.Errorf("sim stats %+v", st)
 		}
@@ -288,13 +291,16 @@ func TestMessageTimeoutBudget(t *testing.T) {
 		expectStatus(t, s.await(first).r, http.StatusOK, "")
 	})
 	t.Run("full duplex has no timer to beat", func(t *testing.T) {
-		s := newStack(t, options{mode: bodyModes[2].req, maxRunning: 1, hold: always, messageTimeout: 200 * time.Millisecond,
+		// The request phase has no timer, but the response phase does:
+		// each response message must be answered within message_timeout,
+		// so it is a second, not a budget a loaded machine can miss.
+		s := newStack(t, options{mode: bodyModes[2].req, maxRunning: 1, hold: always, messageTimeout: time.Second,
 			config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(30 * time.Second) }})
 		first := s.async(context.Background(), chat("first"))
 		s.parked(1)
 		second := s.async(context.Background(), chat("second"))
 		s.queued(sched.PriorityDefault, 1)
-		time.Sleep(400 * time.Millisecond) // Twice message_timeout, still queued.
+		time.Sleep(2 * time.Second) // Twice message_timeout, still queued.
 		s.gate.Open()
 		expectStatus(t, s.await(first).r, http.StatusOK, "")
 		expectStatus(t, s.await(second).r, http.StatusOK, "")
