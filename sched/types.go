@@ -80,6 +80,11 @@ type Request struct {
 	Pin *Pin
 	// RequiredTaints must all be carried by an eligible worker.
 	RequiredTaints []string
+	// AllowedWorkers, when not empty, restricts the eligible workers to
+	// the listed IDs (the data plane's endpoint subset); an ID outside the
+	// worker set is ignored. Empty means every worker. The scheduler copies
+	// it.
+	AllowedWorkers []string
 	// FairnessKey names the request's flow inside its lane when
 	// Config.Fairness is enabled (the tenant or fairness-id); ignored
 	// otherwise. The scheduler keeps a reference while the request is
