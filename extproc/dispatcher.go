@@ -22,7 +22,7 @@ type scheduler interface {
 	Drain(now time.Time) []sched.Action
 	Resume()
 	NextDeadline() (time.Time, bool)
-	Route(model string) (worker string, rank uint32, ok bool)
+	RouteIn(model string, allowed []string) (worker string, rank uint32, ok bool)
 	Stats() sched.Stats
 }
 
@@ -125,6 +125,8 @@ type event struct {
 	workers *workerSet
 	// evRoute.
 	model string
+	// evSubmit and evRoute: the request's endpoint subset, nil for none.
+	subset *subset
 	// evEngine.
 	loads []sched.EngineLoad
 	// evActive.
@@ -208,6 +210,13 @@ func (d *dispatcher) handle(ev event) {
 			ev.tk.decide(&sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeShutdown, Priority: ev.req.Priority, Model: ev.req.Model}, target{})
 			return
 		}
+		if ev.subset != nil {
+			if ev.req.AllowedWorkers = d.workers.allowed(ev.subset); ev.req.AllowedWorkers == nil {
+				ev.tk.decide(&sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeNoEndpoints,
+					Priority: ev.req.Priority, Model: ev.req.Model, Message: subsetUnmatched}, target{})
+				return
+			}
+		}
 		d.tickets[ev.id] = ev.tk
 		acts := d.sch.Submit(now, ev.req)
 		if d.onSubmit != nil {
@@ -248,7 +257,14 @@ func (d *dispatcher) handle(ev event) {
 	case evStats:
 		ev.reply <- reply{stats: d.sch.Stats(), ok: true}
 	case evRoute:
-		w, rank, ok := d.sch.Route(ev.model)
+		var allowed []string
+		if ev.subset != nil {
+			if allowed = d.workers.allowed(ev.subset); allowed == nil {
+				ev.reply <- reply{}
+				return
+			}
+		}
+		w, rank, ok := d.sch.RouteIn(ev.model, allowed)
 		var tg target
 		if ok {
 			tg, ok = d.workers.target(w, rank)
@@ -325,3 +341,8 @@ func (d *dispatcher) call(ctx context.Context, ev event) (reply, error) {
 	}
 	return <-ev.reply, nil
 }
+
+// subsetUnmatched answers a request whose endpoint subset names no worker
+// of the set.
+const subsetUnmatched = "no endpoints available to route work: no endpoint in the request's endpoint subset (" +
+	subsetNamespace + "/" + subsetKey + ") is a known worker"

@@ -98,7 +98,7 @@ func (f *fakeScheduler) NextDeadline() (time.Time, bool) {
 	return f.deadline, !f.deadline.IsZero()
 }
 
-func (f *fakeScheduler) Route(model string) (string, uint32, bool) {
+func (f *fakeScheduler) RouteIn(model string, _ []string) (string, uint32, bool) {
 	f.record("route " + model)
 	return "w0", 0, true
 }

@@ -18,11 +18,13 @@ import (
 // exchangeEnv is what an exchange needs from the server around it. The
 // stream loop implements it over the dispatcher; tests use a fake.
 type exchangeEnv interface {
-	// submit hands a request to the scheduler. The answer arrives later
-	// through exchange.onTicket. An error means the dispatcher is gone.
-	submit(r *sched.Request) error
-	// route picks a worker for a request outside admission.
-	route(model string) (target, bool, error)
+	// submit hands a request, and its endpoint subset (nil for none), to
+	// the scheduler. The answer arrives later through exchange.onTicket. An
+	// error means the dispatcher is gone.
+	submit(r *sched.Request, sub *subset) error
+	// route picks a worker in the subset (nil: any) for a request outside
+	// admission.
+	route(model string, sub *subset) (target, bool, error)
 	// notify reports FirstToken, Done or Cancel for an admitted request.
 	notify(kind eventKind, id uint64)
 }
@@ -130,6 +132,7 @@ type exchange struct {
 
 	// Request.
 	hdr         *headerInfo
+	subset      *subset // the data plane's endpoint subset; nil for none
 	who         identity
 	kind        openai.Kind
 	admission   bool
@@ -183,9 +186,9 @@ func (x *exchange) message(now time.Time, m *extprocv3.ProcessingRequest) step {
 		}
 		pc := m.GetProtocolConfig()
 		if pc == nil {
-			// Envoy releases without protocol_config predate every mode
-			// tollgate documents; assume the shipped BUFFERED request mode.
-			pc = &extprocv3.ProtocolConfiguration{RequestBodyMode: extprocfilterv3.ProcessingMode_BUFFERED}
+			// Envoy before 1.34 does not announce its modes: assume the
+			// configured ones.
+			pc = x.cfg.AssumedProtocol
 		}
 		x.reqMode, x.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
 		x.early = pc.GetSendBodyWithoutWaitingForHeaderResponse()

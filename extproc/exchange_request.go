@@ -67,6 +67,9 @@ func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest,
 	if rej != nil {
 		return x.reject(now, rej)
 	}
+	if x.subset, rej = subsetOf(m.GetMetadataContext()); rej != nil {
+		return x.reject(now, rej)
+	}
 	x.reqTimer.start(now, x.cfg.EnvoyMessageTimeout, !x.duplex())
 	if h.GetEndOfStream() {
 		x.held = append(x.held, heldHeaders)
@@ -170,10 +173,12 @@ func (x *exchange) complete(now time.Time) step {
 				message: "a request with trailers and no body cannot be routed: send the request without trailers or with a body"})
 		}
 		model := modelOf(x.body)
-		t, ok, err := x.env.route(model)
+		t, ok, err := x.env.route(model, x.subset)
 		switch {
 		case err != nil:
 			return x.reject(now, &rejection{reason: reasonShutdown})
+		case !ok && x.subset != nil:
+			return x.reject(now, &rejection{reason: reasonNoEndpoints, model: model, message: subsetUnmatched})
 		case !ok:
 			return x.reject(now, &rejection{reason: reasonNoEndpoints, model: model})
 		}
@@ -190,7 +195,7 @@ func (x *exchange) complete(now time.Time) step {
 	}
 	x.submitAt = now
 	x.stage = stageQueued
-	if err := x.env.submit(&pl.req); err != nil {
+	if err := x.env.submit(&pl.req, x.subset); err != nil {
 		return x.onShutdown(now)
 	}
 	return step{}

@@ -95,6 +95,7 @@ type note struct {
 // fakeEnv records what an exchange asks of the server.
 type fakeEnv struct {
 	submits   []sched.Request
+	subsets   []*subset
 	notes     []note
 	routes    []string
 	dest      target
@@ -103,7 +104,8 @@ type fakeEnv struct {
 	submitErr error
 }
 
-func (f *fakeEnv) submit(r *sched.Request) error {
+func (f *fakeEnv) submit(r *sched.Request, sub *subset) error {
+	f.subsets = append(f.subsets, sub)
 	if f.submitErr != nil {
 		return f.submitErr
 	}
@@ -111,7 +113,8 @@ func (f *fakeEnv) submit(r *sched.Request) error {
 	return nil
 }
 
-func (f *fakeEnv) route(model string) (target, bool, error) {
+func (f *fakeEnv) route(model string, sub *subset) (target, bool, error) {
+	f.subsets = append(f.subsets, sub)
 	f.routes = append(f.routes, model)
 	return f.dest, f.destOK, f.routeErr
 }

@@ -310,6 +310,7 @@ type workerSet struct {
 
 type workerAddr struct {
 	address string
+	ap      netip.AddrPort
 	ranks   uint32
 }
 
@@ -331,7 +332,7 @@ func newWorkerSet(ws []Worker) (*workerSet, error) {
 			MaxRunningRequests: w.MaxRunningRequests,
 			MaxBatchedTokens:   w.MaxNumBatchedTokens,
 		}
-		s.byID[w.ID] = workerAddr{address: ap.String(), ranks: max(w.DPSize, 1)}
+		s.byID[w.ID] = workerAddr{address: ap.String(), ap: ap, ranks: max(w.DPSize, 1)}
 		u, _ := enginemetrics.ResolveURL(ap.String(), w.MetricsURL) // validated above
 		s.targets = append(s.targets, enginemetrics.Target{Worker: w.ID, URL: u, DPStart: w.DPStartRank, DPSize: w.DPSize})
 		s.kv[i] = kvevents.Endpoint{Worker: w.ID, Model: w.Model, Address: ap.Addr().String(),
@@ -348,4 +349,16 @@ func (s *workerSet) target(worker string, rank uint32) (target, bool) {
 		return target{}, false
 	}
 	return target{worker: worker, address: a.address, rank: rank, multiRank: a.ranks > 1}, true
+}
+
+// allowed returns the IDs of the workers the subset admits, in the set's
+// order; none when it admits no worker of the set.
+func (s *workerSet) allowed(sub *subset) []string {
+	var ids []string
+	for _, w := range s.sched {
+		if sub.admits(s.byID[w.ID].ap) {
+			ids = append(ids, w.ID)
+		}
+	}
+	return ids
 }

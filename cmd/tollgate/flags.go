@@ -69,6 +69,7 @@ type options struct {
 	engine    engineOptions
 	kvEvents  kvEventsOptions
 	fairness  fairnessOptions
+	picker    pickerOptions
 }
 
 // stringList is a repeatable string flag.
@@ -151,6 +152,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	registerEngineFlags(fs, &o.engine)
 	registerKVEventsFlags(fs, &o.kvEvents)
 	registerFairnessFlags(fs, &o.fairness)
+	registerPickerFlags(fs, &o.picker)
 	return fs
 }
 
@@ -259,6 +261,7 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	cfg.Sched = sc
 	cfg.EngineMetrics = em
 	add(o.fairness.apply(&cfg))
+	add(o.picker.apply(&cfg))
 
 	ten, err := o.tenancy(pf)
 	add(err)

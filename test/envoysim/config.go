@@ -137,6 +137,11 @@ type Config struct {
 	// request_header_mode SKIP, BUFFERED_PARTIAL, GRPC and a
 	// FULL_DUPLEX_STREAMED response body are not modelled and rejected.
 	Mode *extprocfilterv3.ProcessingMode
+	// OmitProtocolConfig sends no protocol_config, as Envoy releases
+	// before 1.34 do (ext_proc.cc:1135-1147 came with 1.34): the server
+	// must know the body modes from its own configuration. Only the
+	// protocol_config field is affected; other behaviour follows Version.
+	OmitProtocolConfig bool
 	// SendBodyWithoutWaitingForHeaderResponse is the processing mode flag
 	// of that name: in a STREAMED direction, body chunks go to the server
 	// while the headers message is outstanding, each restarting the
@@ -238,6 +243,7 @@ type settings struct {
 	responseTrailerSend bool
 
 	early             bool
+	omitProtocol      bool
 	messageTimeout    time.Duration
 	maxMessageTimeout time.Duration
 	failureModeAllow  bool
@@ -281,6 +287,7 @@ func (c *Config) resolve() (*settings, error) {
 		addr:              c.ExtProcAddr,
 		dialOptions:       c.DialOptions,
 		early:             c.SendBodyWithoutWaitingForHeaderResponse,
+		omitProtocol:      c.OmitProtocolConfig,
 		messageTimeout:    orDefault(c.MessageTimeout, DefaultMessageTimeout),
 		maxMessageTimeout: c.MaxMessageTimeout,
 		failureModeAllow:  c.FailureModeAllow,

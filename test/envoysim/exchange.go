@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/status"
@@ -228,6 +229,12 @@ func (x *exchange) openStream() bool {
 func (x *exchange) send(m *extprocv3.ProcessingRequest, timed bool) {
 	if x.ss == nil {
 		return
+	}
+	if len(x.req.MetadataContext) > 0 {
+		m.MetadataContext = &corev3.Metadata{FilterMetadata: x.req.MetadataContext}
+	}
+	if !x.sentFirst && x.cfg.omitProtocol {
+		x.sentFirst = true
 	}
 	if !x.sentFirst {
 		m.ProtocolConfig = &extprocv3.ProtocolConfiguration{

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/tollgate/tollgate/extproc"
+)
+
+// pickerOptions holds the flags of the endpoint picker protocol of the
+// Gateway API Inference Extension.
+type pickerOptions struct {
+	assumeRequestBodyMode  string
+	assumeResponseBodyMode string
+}
+
+func registerPickerFlags(fs *flag.FlagSet, o *pickerOptions) {
+	fs.StringVar(&o.assumeRequestBodyMode, "assume-request-body-mode", "BUFFERED",
+		"request body mode assumed when Envoy sends no protocol_config (before 1.34): NONE, STREAMED, BUFFERED, BUFFERED_PARTIAL or FULL_DUPLEX_STREAMED")
+	fs.StringVar(&o.assumeResponseBodyMode, "assume-response-body-mode", "STREAMED",
+		"response body mode assumed when Envoy sends no protocol_config (before 1.34), same values")
+}
+
+// apply resolves the flags into cfg.
+func (o *pickerOptions) apply(cfg *extproc.Config) error {
+	var errs []error
+	req, err := extproc.ParseBodyMode(o.assumeRequestBodyMode)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--assume-request-body-mode: %w", err))
+	}
+	resp, err := extproc.ParseBodyMode(o.assumeResponseBodyMode)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--assume-response-body-mode: %w", err))
+	}
+	cfg.AssumedProtocol = &extprocv3.ProtocolConfiguration{RequestBodyMode: req, ResponseBodyMode: resp}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/test/envoysim"
+)
+
+// subsetHint is the data plane's endpoint subset in the metadata_context
+// of the request: envoy.lb.subset_hint / x-gateway-destination-endpoint-subset.
+func subsetHint(v *structpb.Value) map[string]*structpb.Struct {
+	return map[string]*structpb.Struct{"envoy.lb.subset_hint": {Fields: map[string]*structpb.Value{
+		"x-gateway-destination-endpoint-subset": v,
+	}}}
+}
+
+func subsetList(entries ...string) *structpb.Value {
+	vs := make([]*structpb.Value, len(entries))
+	for i, e := range entries {
+		vs[i] = structpb.NewStringValue(e)
+	}
+	return structpb.NewListValue(&structpb.ListValue{Values: vs})
+}
+
+// TestSubsetHints replays the endpoint picker protocol's subset vectors in
+// every body mode: the hermetic suite of the Gateway API Inference
+// Extension's picker (test/integration/epp/hermetic_test.go:239-272 at
+// 1748e829: best of the subset, a single member despite its load, no
+// member known → 503), its candidate tests (pkg/epp/requestcontrol/
+// candidates_test.go:72-106: empty list → none), and the lightweight
+// picker's string form (pkg/lwepp/handlers/request.go:51-80: a
+// comma-separated string, entries trimmed).
+func TestSubsetHints(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newStack(t, options{mode: m.req, workers: 3})
+			addr := func(i int) string { return s.list[i].Address }
+			with := func(md map[string]*structpb.Struct, content string) envoysim.Request {
+				r := chat(content)
+				r.MetadataContext = md
+				return r
+			}
+			// Member of the subset every time, although the others are idle.
+			for i := range 4 {
+				r := s.do(with(subsetHint(subsetList(addr(1), addr(2))), strings.Repeat("subset ", 10+i)))
+				expectStatus(t, r, http.StatusOK, "")
+				if r.Endpoint != addr(1) && r.Endpoint != addr(2) {
+					t.Fatalf("request %d routed to %s outside the subset {%s, %s}", i, r.Endpoint, addr(1), addr(2))
+				}
+			}
+			// A single member, as a comma-separated string with blanks.
+			r := s.do(with(subsetHint(structpb.NewStringValue(" "+addr(2)+" , ,")), "single member"))
+			expectStatus(t, r, http.StatusOK, "")
+			if r.Endpoint != addr(2) {
+				t.Fatalf("routed to %s, want the only member %s", r.Endpoint, addr(2))
+			}
+			// List entries may themselves be comma-separated.
+			r = s.do(with(subsetHint(subsetList(addr(0)+", 192.168.1.99:8000")), "nested list"))
+			expectStatus(t, r, http.StatusOK, "")
+			if r.Endpoint != addr(0) {
+				t.Fatalf("routed to %s, want %s", r.Endpoint, addr(0))
+			}
+			// An entry without a port admits every port of its address: the
+			// mock workers all listen on 127.0.0.1.
+			r = s.do(with(subsetHint(subsetList("127.0.0.1")), "address only"))
+			expectStatus(t, r, http.StatusOK, "")
+			// Outside admission too (GET /v1/models).
+			get := envoysim.Request{Method: http.MethodGet, Path: "/v1/models", MetadataContext: subsetHint(subsetList(addr(1)))}
+			if r := s.do(get); r.Status != http.StatusOK || r.Endpoint != addr(1) {
+				t.Fatalf("GET with a subset: %d to %s, want 200 to %s", r.Status, r.Endpoint, addr(1))
+			}
+
+			for _, c := range []struct {
+				name string
+				md   map[string]*structpb.Struct
+				want string
+			}{
+				{"no member is a known worker", subsetHint(subsetList("192.168.1.99:8000")), "no endpoint in the request's endpoint subset"},
+				{"another address, no port", subsetHint(subsetList("127.0.0.2")), "no endpoint in the request's endpoint subset"},
+				{"a known address on another port", subsetHint(subsetList("127.0.0.1:1")), "no endpoint in the request's endpoint subset"},
+				{"empty list", subsetHint(subsetList()), "endpoint subset hint"},
+				{"empty string", subsetHint(structpb.NewStringValue(" , ")), "endpoint subset hint"},
+				{"not a list", subsetHint(structpb.NewNumberValue(1)), "invalid endpoint subset hint"},
+			} {
+				r := s.do(with(c.md, "unserved "+c.name))
+				expectStatus(t, r, http.StatusServiceUnavailable, "no_endpoints")
+				if !r.LocalReply || !strings.Contains(string(r.Body), c.want) {
+					t.Fatalf("%s: body %q lacks %q", c.name, r.Body, c.want)
+				}
+				get.MetadataContext = c.md
+				if r := s.do(get); r.Status != http.StatusServiceUnavailable {
+					t.Fatalf("%s: GET answered %d, want 503", c.name, r.Status)
+				}
+			}
+			// Other namespaces, or the namespace without the key, leave
+			// every worker eligible.
+			other := map[string]*structpb.Struct{"envoy.lb.subset_hint": {Fields: map[string]*structpb.Value{"other": subsetList("192.168.1.99:8000")}}}
+			expectStatus(t, s.do(with(other, "no key")), http.StatusOK, "")
+		})
+	}
+}
+
+// TestNoProtocolConfig is a data plane that does not announce its modes
+// (Envoy before 1.34): with the matching --assume-request-body-mode every
+// mode is routed and, in FULL_DUPLEX_STREAMED, gets its body back whole.
+// The peers' pickers run FULL_DUPLEX_STREAMED on every Envoy (GIE
+// pkg/epp/handlers/server.go at 1748e829 never reads protocol_config).
+func TestNoProtocolConfig(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newStack(t, options{mode: m.req,
+				config: func(c *extproc.Config) {
+					c.AssumedProtocol = &extprocv3.ProtocolConfiguration{RequestBodyMode: m.req, ResponseBodyMode: extprocfilterv3.ProcessingMode_STREAMED}
+				},
+				sim: func(c *envoysim.Config) {
+					c.OmitProtocolConfig = true
+					c.SendBodyWithoutWaitingForHeaderResponse = false
+				}})
+			req := chat(strings.Repeat("no protocol config ", 4000)) // > one 62 kB re-streamed chunk
+			r := s.do(req)
+			expectStatus(t, r, http.StatusOK, "")
+			if r.Endpoint == "" || r.Upstream == nil {
+				t.Fatalf("not routed: %+v", r)
+			}
+			if string(r.Upstream.Body) != string(req.Body) {
+				t.Fatalf("upstream body %d bytes, want the %d sent", len(r.Upstream.Body), len(req.Body))
+			}
+			if !strings.Contains(string(r.Body), "data: [DONE]") {
+				t.Errorf("response body %q", r.Body)
+			}
+		})
+	}
+}
+
+// TestNoProtocolConfigWrongAssumption shows why the flag exists: a
+// full-duplex data plane taken for the default BUFFERED one never gets
+// its request through.
+func TestNoProtocolConfigWrongAssumption(t *testing.T) {
+	s := newStack(t, options{mode: extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+		sim: func(c *envoysim.Config) { c.OmitProtocolConfig = true }})
+	r := s.do(chat("wrong assumption"))
+	if r.Status == http.StatusOK {
+		t.Fatalf("a full-duplex stream read as BUFFERED was served: %+v", r)
+	}
+}
