@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"strings"
 	"time"
 
@@ -60,6 +61,9 @@ const (
 	// without sending its first message (--first-message-timeout). Envoy
 	// sends the request headers as soon as it opens a stream.
 	DefaultFirstMessageTimeout = 10 * time.Second
+	// DefaultClassLimitStatus is Dynamo's answer to a per-worker queue
+	// limit, 529 Overloaded (--class-limit-status).
+	DefaultClassLimitStatus = 529
 	// DefaultWorkersPollInterval is how often a FileWatcher checks its file.
 	DefaultWorkersPollInterval = 2 * time.Second
 )
@@ -159,6 +163,11 @@ type Config struct {
 	// (--envoy-max-message-timeout). 0 means DefaultEnvoyMaxMessageTimeout;
 	// a negative value means Envoy does not accept overrides.
 	EnvoyMaxMessageTimeout time.Duration
+	// ClassLimitStatus is the HTTP status of a Dynamo per-worker queue
+	// limit (--class-limit-status): 529, Dynamo's Overloaded and the
+	// default, or 429, which the endpoint picker protocol suggests for
+	// shed requests and which generic clients retry with backoff.
+	ClassLimitStatus int
 	// AssumedProtocol is the protocol to assume on a stream whose first
 	// message carries no protocol_config, as Envoy releases before 1.34
 	// send it (--assume-request-body-mode, --assume-response-body-mode). It
@@ -264,6 +273,7 @@ func (c Config) withDefaults() Config {
 	if c.AssumedProtocol == nil {
 		c.AssumedProtocol = DefaultProtocol()
 	}
+	setDefault(&c.ClassLimitStatus, DefaultClassLimitStatus)
 	return c
 }
 
@@ -361,6 +371,9 @@ func (c Config) Validate() error {
 	}
 	if c.Sched.BlockSize > math.MaxInt32 {
 		bad("block size %d is too large", c.Sched.BlockSize)
+	}
+	if s := c.ClassLimitStatus; s != 0 && s != http.StatusTooManyRequests && s != DefaultClassLimitStatus {
+		bad("class limit status %d is neither 529 nor 429", s)
 	}
 	if p := c.AssumedProtocol; p != nil {
 		if !validBodyMode(p.GetRequestBodyMode()) {

@@ -359,6 +359,9 @@ func (x *exchange) onShutdown(now time.Time) step {
 // reject answers the request with an ImmediateResponse and ends the
 // exchange.
 func (x *exchange) reject(now time.Time, r *rejection) step {
+	if r.reason == reasonClassLimit {
+		r.status = x.cfg.ClassLimitStatus
+	}
 	x.stage = stageOver
 	x.p.metrics.rejections.WithLabelValues(r.code()).Inc()
 	if !x.start.IsZero() {

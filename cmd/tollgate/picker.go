@@ -15,6 +15,7 @@ import (
 type pickerOptions struct {
 	assumeRequestBodyMode  string
 	assumeResponseBodyMode string
+	classLimitStatus       int
 }
 
 func registerPickerFlags(fs *flag.FlagSet, o *pickerOptions) {
@@ -22,6 +23,8 @@ func registerPickerFlags(fs *flag.FlagSet, o *pickerOptions) {
 		"request body mode assumed when Envoy sends no protocol_config (before 1.34): NONE, STREAMED, BUFFERED, BUFFERED_PARTIAL or FULL_DUPLEX_STREAMED")
 	fs.StringVar(&o.assumeResponseBodyMode, "assume-response-body-mode", "STREAMED",
 		"response body mode assumed when Envoy sends no protocol_config (before 1.34), same values")
+	fs.IntVar(&o.classLimitStatus, "class-limit-status", extproc.DefaultClassLimitStatus,
+		"HTTP status of a Dynamo per-worker queue limit: 529 (Dynamo's Overloaded) or 429 (the endpoint picker protocol's shed answer)")
 }
 
 // apply resolves the flags into cfg.
@@ -36,5 +39,9 @@ func (o *pickerOptions) apply(cfg *extproc.Config) error {
 		errs = append(errs, fmt.Errorf("--assume-response-body-mode: %w", err))
 	}
 	cfg.AssumedProtocol = &extprocv3.ProtocolConfiguration{RequestBodyMode: req, ResponseBodyMode: resp}
+	if o.classLimitStatus != 429 && o.classLimitStatus != 529 {
+		errs = append(errs, fmt.Errorf("--class-limit-status must be 529 or 429, got %d", o.classLimitStatus))
+	}
+	cfg.ClassLimitStatus = o.classLimitStatus
 	return errors.Join(errs...)
 }

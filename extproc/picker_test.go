@@ -2,11 +2,15 @@ package extproc
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate/sched"
 )
 
 // TestHealth_PeerServiceNames mirrors the endpoint picker's health vectors
@@ -56,5 +60,30 @@ func TestHealth_PeerServiceNames(t *testing.T) {
 	_, err := ts.health.Check(context.Background(), &healthgrpc.HealthCheckRequest{Service: "no-such-service"})
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("unknown service: %v, want NotFound", err)
+	}
+}
+
+// TestExchange_ClassLimitStatusIsTheOperatorsChoice: Dynamo answers a
+// per-worker queue limit 529 Overloaded; the endpoint picker protocol
+// (docs/proposals/004-endpoint-picker-protocol/README.md:71-74 at
+// 1748e829) suggests 429 for a request that should be dropped. The body
+// keeps Dynamo's shape and carries the chosen code.
+func TestExchange_ClassLimitStatusIsTheOperatorsChoice(t *testing.T) {
+	limit := sched.Action{Outcome: sched.OutcomeClassLimit, PolicyClass: "premium", LimitKind: sched.LimitRequests, LimitCurrent: 4, LimitValue: 4}
+	for _, status := range []int{0, 529, 429} {
+		x, _, _ := newTestExchange(t, testConfig(func(c *Config) { c.ClassLimitStatus = status }))
+		feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false))
+		feed(t, x, reqBody(chatBody, true))
+		ir := immediateOf(t, x.onTicket(t0, rejected(limit)))
+		want := status
+		if want == 0 {
+			want = 529
+		}
+		if int(ir.GetStatus().GetCode()) != want || !strings.Contains(string(ir.GetBody()), `"code":`+strconv.Itoa(want)) {
+			t.Errorf("ClassLimitStatus %d: answered %d %s", status, ir.GetStatus().GetCode(), ir.GetBody())
+		}
+	}
+	if err := (Config{ClassLimitStatus: 503}).Validate(); err == nil || !strings.Contains(err.Error(), "neither 529 nor 429") {
+		t.Fatalf("503 accepted: %v", err)
 	}
 }
