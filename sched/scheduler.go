@@ -14,6 +14,10 @@ type Scheduler struct {
 	blockSize uint64
 	sel       SelectionConfig
 	rnd       *rand.Rand
+	// fb backs the Fallbacks of the current call's actions (fallback.go).
+	fb []RankRef
+	// fbCost holds the costs of the fallbacks being chosen.
+	fbCost []float64
 	origin    time.Time
 	originSet bool
 	draining  bool
@@ -487,6 +491,9 @@ func (s *Scheduler) admit(e *entry, queued bool, t instant) {
 	}
 	a := s.emit(ActionDispatch, e, OutcomeAdmitted)
 	a.Worker, a.Rank = r.key.worker, r.key.rank
+	if s.cfg.Fallbacks > 0 && !e.lane.exact() {
+		a.Fallbacks = s.fallbacks(e, r)
+	}
 	if queued {
 		a.Queued, a.Wait = true, t-e.enq
 	}
