@@ -17,7 +17,7 @@ type Scheduler struct {
 	// fb backs the Fallbacks of the current call's actions (fallback.go).
 	fb []RankRef
 	// fbCost holds the costs of the fallbacks being chosen.
-	fbCost []float64
+	fbCost    []float64
 	origin    time.Time
 	originSet bool
 	draining  bool
