@@ -23,6 +23,7 @@ type scheduler interface {
 	Resume()
 	NextDeadline() (time.Time, bool)
 	RouteIn(model string, allowed []string) (worker string, rank uint32, ok bool)
+	Served(now time.Time, id uint64, worker string, rank uint32) []sched.Action
 	Stats() sched.Stats
 }
 
@@ -111,6 +112,7 @@ const (
 	evStats
 	evRoute
 	evEngine
+	evServed
 )
 
 // event is one message to the dispatcher.
@@ -125,6 +127,9 @@ type event struct {
 	workers *workerSet
 	// evRoute.
 	model string
+	// evServed: the worker and rank that served request id.
+	worker string
+	rank   uint32
 	// evSubmit and evRoute: the request's endpoint subset, nil for none.
 	subset *subset
 	// evEngine.
@@ -254,6 +259,8 @@ func (d *dispatcher) handle(ev event) {
 		ev.reply <- reply{ok: true}
 	case evEngine:
 		d.deliver(d.sch.ReportLoad(now, ev.loads))
+	case evServed:
+		d.deliver(d.sch.Served(now, ev.id, ev.worker, ev.rank))
 	case evStats:
 		ev.reply <- reply{stats: d.sch.Stats(), ok: true}
 	case evRoute:
@@ -297,7 +304,8 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 				d.cancels = append(d.cancels, a.ID)
 				continue
 			}
-			tk.decide(a, tg)
+			// a.Fallbacks is the scheduler's: resolve it before its next call.
+			tk.decide(a, d.workers.withFallbacks(tg, a.Fallbacks))
 		case sched.ActionReject:
 			tk.decide(a, target{})
 			delete(d.tickets, a.ID)

@@ -27,6 +27,9 @@ type exchangeEnv interface {
 	route(model string, sub *subset) (target, bool, error)
 	// notify reports FirstToken, Done or Cancel for an admitted request.
 	notify(kind eventKind, id uint64)
+	// served reports that an admitted request was served by another
+	// worker than its target (a fallback).
+	served(id uint64, worker string, rank uint32)
 }
 
 // stage is where an exchange is in its HTTP request's life.
@@ -204,6 +207,9 @@ func (x *exchange) message(now time.Time, m *extprocv3.ProcessingRequest) step {
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return x.requestTrailers(now)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		if x.stage == stageRouted {
+			x.followServed(now, m.GetMetadataContext())
+		}
 		return x.responseHeaders(now, r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return x.responseBody(now, r.ResponseBody)

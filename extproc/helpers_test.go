@@ -3,6 +3,7 @@ package extproc
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -96,6 +97,7 @@ type note struct {
 type fakeEnv struct {
 	submits   []sched.Request
 	subsets   []*subset
+	servedAt  []string
 	notes     []note
 	routes    []string
 	dest      target
@@ -120,6 +122,10 @@ func (f *fakeEnv) route(model string, sub *subset) (target, bool, error) {
 }
 
 func (f *fakeEnv) notify(kind eventKind, id uint64) { f.notes = append(f.notes, note{kind, id}) }
+
+func (f *fakeEnv) served(id uint64, worker string, rank uint32) {
+	f.servedAt = append(f.servedAt, fmt.Sprintf("%d %s/%d", id, worker, rank))
+}
 
 var errGone = errors.New("dispatcher gone")
 

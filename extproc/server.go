@@ -400,6 +400,10 @@ func (e *streamEnv) route(model string, sub *subset) (target, bool, error) {
 
 func (e *streamEnv) notify(kind eventKind, id uint64) { e.s.disp.notify(kind, id) }
 
+func (e *streamEnv) served(id uint64, worker string, rank uint32) {
+	_ = e.s.disp.send(context.Background(), event{kind: evServed, id: id, worker: worker, rank: rank})
+}
+
 type received struct {
 	m   *extprocv3.ProcessingRequest
 	err error

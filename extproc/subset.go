@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -120,4 +121,33 @@ func (s *subset) add(list string) error {
 		}
 	}
 	return nil
+}
+
+// servedKey is where the data plane reports, in the metadata_context of
+// the response messages under envoy.lb, the endpoint that served the
+// request: one of the picker's list when it retried.
+const servedKey = "x-gateway-destination-endpoint-served"
+
+// followServed moves an admitted request's booking to the fallback that
+// served it, when the data plane reports one. A report naming the target,
+// or an endpoint tollgate did not offer, changes nothing.
+func (x *exchange) followServed(now time.Time, md *corev3.Metadata) {
+	v, ok := md.GetFilterMetadata()[lbNamespace].GetFields()[servedKey]
+	if !ok || !x.accounted() {
+		return
+	}
+	served := strings.TrimSpace(v.GetStringValue())
+	if served == x.target.address {
+		return
+	}
+	for _, f := range x.target.fallbacks {
+		if f.address == served {
+			x.log.Debug("request served by a fallback", "request", x.id, "target", x.target.worker, "served", f.worker)
+			x.env.served(x.id, f.worker, f.rank)
+			x.p.prefix.record(now, f.worker, x.plan.hashes, x.plan.exact)
+			x.target = f
+			return
+		}
+	}
+	x.log.Debug("served endpoint outside the offered list ignored", "request", x.id, "served", served)
 }

@@ -8,6 +8,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/sched"
 )
 
 // pickerOptions holds the flags of the endpoint picker protocol of the
@@ -16,6 +17,7 @@ type pickerOptions struct {
 	assumeRequestBodyMode  string
 	assumeResponseBodyMode string
 	classLimitStatus       int
+	fallbackEndpoints      int
 }
 
 func registerPickerFlags(fs *flag.FlagSet, o *pickerOptions) {
@@ -23,6 +25,8 @@ func registerPickerFlags(fs *flag.FlagSet, o *pickerOptions) {
 		"request body mode assumed when Envoy sends no protocol_config (before 1.34): NONE, STREAMED, BUFFERED, BUFFERED_PARTIAL or FULL_DUPLEX_STREAMED")
 	fs.StringVar(&o.assumeResponseBodyMode, "assume-response-body-mode", "STREAMED",
 		"response body mode assumed when Envoy sends no protocol_config (before 1.34), same values")
+	fs.IntVar(&o.fallbackEndpoints, "fallback-endpoints", 0,
+		"next-best workers named after the chosen one in x-gateway-destination-endpoint, for the data plane to retry on (0 to 8)")
 	fs.IntVar(&o.classLimitStatus, "class-limit-status", extproc.DefaultClassLimitStatus,
 		"HTTP status of a Dynamo per-worker queue limit: 529 (Dynamo's Overloaded) or 429 (the endpoint picker protocol's shed answer)")
 }
@@ -43,5 +47,9 @@ func (o *pickerOptions) apply(cfg *extproc.Config) error {
 		errs = append(errs, fmt.Errorf("--class-limit-status must be 529 or 429, got %d", o.classLimitStatus))
 	}
 	cfg.ClassLimitStatus = o.classLimitStatus
+	if o.fallbackEndpoints < 0 || o.fallbackEndpoints > sched.MaxFallbacks {
+		errs = append(errs, fmt.Errorf("--fallback-endpoints must be between 0 and %d, got %d", sched.MaxFallbacks, o.fallbackEndpoints))
+	}
+	cfg.Sched.Fallbacks = o.fallbackEndpoints
 	return errors.Join(errs...)
 }

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,7 +12,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/test/envoysim"
+	"github.com/tollgate/tollgate/test/mockworker"
 )
 
 // subsetHint is the data plane's endpoint subset in the metadata_context
@@ -148,5 +152,59 @@ func TestNoProtocolConfigWrongAssumption(t *testing.T) {
 	r := s.do(chat("wrong assumption"))
 	if r.Status == http.StatusOK {
 		t.Fatalf("a full-duplex stream read as BUFFERED was served: %+v", r)
+	}
+}
+
+// TestFallbackEndpoints: with --fallback-endpoints the picker names the
+// next-best worker after the chosen one (the protocol's "first preferred"
+// list, docs/proposals/004-endpoint-picker-protocol/README.md:48-66 at
+// 1748e829), the data plane retries it when the first cannot be reached,
+// and reports the served endpoint (README.md:82-96), to which tollgate
+// moves the booking.
+func TestFallbackEndpoints(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newStack(t, options{mode: m.req, workers: 2, deadWorkers: []int{0},
+				hold:   func(mockworker.RequestInfo) bool { return true },
+				config: func(c *extproc.Config) { c.Sched.Fallbacks = 1 },
+				sim: func(c *envoysim.Config) {
+					c.Route.Fallbacks, c.Route.ReportServed = true, true
+				}})
+			dead, live := s.list[0].Address, s.list[1].Address
+			// A request on the dead worker holds nothing once moved; keep
+			// sending until one chose it first.
+			for i := range 20 {
+				ch := s.async(context.Background(), chat(fmt.Sprintf("fallback %d %s", i, strings.Repeat("x", i))))
+				s.parked(1)
+				st := s.waitStats("booked on the serving worker", func(st sched.Stats) bool {
+					for _, r := range st.Ranks {
+						if r.Worker == "w0" && r.ActiveRequests != 0 {
+							return false
+						}
+					}
+					return true
+				})
+				for _, r := range st.Ranks {
+					if r.Worker == "w1" && r.ActiveRequests != 1 {
+						t.Fatalf("w1 books %d requests while serving one", r.ActiveRequests)
+					}
+				}
+				s.gate.Release(1)
+				res := s.await(ch)
+				if res.err != nil {
+					t.Fatal(res.err)
+				}
+				expectStatus(t, res.r, http.StatusOK, "")
+				if res.r.Endpoint != live {
+					t.Fatalf("served by %s, want %s", res.r.Endpoint, live)
+				}
+				if got := res.r.Upstream.Header.Get("X-Gateway-Destination-Endpoint"); got == dead+","+live {
+					return // the dead worker was first, the fallback served
+				} else if got != live+","+dead {
+					t.Fatalf("endpoint list %q, want both workers", got)
+				}
+			}
+			t.Fatal("the dead worker was never chosen first in 20 requests")
+		})
 	}
 }

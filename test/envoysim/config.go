@@ -228,6 +228,15 @@ type Route struct {
 	// MetadataKey is the single metadata_key.path element. Empty means
 	// metadata is not consulted.
 	MetadataKey string
+	// Fallbacks reads the chosen value as the endpoint picker protocol's
+	// list, "IP:port,IP:port,...", first preferred, and retries the next
+	// endpoint when connecting fails (override_host with retry_on:
+	// connect-failure). Off, a list is an invalid host, as in ORIGINAL_DST.
+	Fallbacks bool
+	// ReportServed sends, in metadata_context of every response-direction
+	// message, envoy.lb/x-gateway-destination-endpoint-served: the
+	// endpoint that served the request, as the protocol's data plane must.
+	ReportServed bool
 }
 
 // settings is a validated Config with every default applied.
@@ -264,6 +273,8 @@ type settings struct {
 	useHeader        bool
 	metadataNS       string
 	metadataKey      string
+	fallbacks        bool
+	reportServed     bool
 	connectTimeout   time.Duration
 	maxRequestBodyIn int64
 }
@@ -307,6 +318,8 @@ func (c *Config) resolve() (*settings, error) {
 		useHeader:         !c.Route.IgnoreHeader,
 		metadataNS:        orDefault(c.Route.MetadataNamespace, DefaultMetadataNamespace),
 		metadataKey:       c.Route.MetadataKey,
+		fallbacks:         c.Route.Fallbacks,
+		reportServed:      c.Route.ReportServed,
 		connectTimeout:    orDefault(c.ConnectTimeout, DefaultConnectTimeout),
 		maxRequestBodyIn:  orDefault(c.MaxRequestBodyBytes, DefaultMaxRequestBodyBytes),
 	}
