@@ -168,6 +168,11 @@ type Config struct {
 	// default, or 429, which the endpoint picker protocol suggests for
 	// shed requests and which generic clients retry with backoff.
 	ClassLimitStatus int
+	// TestEndpointSelection honours the conformance suite's test-only
+	// test-epp-endpoint-selection request header, which restricts a
+	// request to the endpoints it names (--test-endpoint-selection). Never
+	// enable it in production: any client could pick its worker.
+	TestEndpointSelection bool
 	// AssumedProtocol is the protocol to assume on a stream whose first
 	// message carries no protocol_config, as Envoy releases before 1.34
 	// send it (--assume-request-body-mode, --assume-response-body-mode). It

@@ -70,6 +70,9 @@ func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest,
 	if x.subset, rej = subsetOf(m.GetMetadataContext()); rej != nil {
 		return x.reject(now, rej)
 	}
+	if x.subset, rej = x.withTestSelection(x.subset); rej != nil {
+		return x.reject(now, rej)
+	}
 	x.reqTimer.start(now, x.cfg.EnvoyMessageTimeout, !x.duplex())
 	if h.GetEndOfStream() {
 		x.held = append(x.held, heldHeaders)

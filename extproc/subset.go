@@ -33,10 +33,20 @@ type subset struct {
 	ports   map[netip.AddrPort]struct{}
 	addrs   map[netip.Addr]struct{}
 	entries int
+	// and, when set, must admit a worker too (the test endpoint selection
+	// narrows the data plane's subset).
+	and *subset
+}
+
+func newSubset() *subset {
+	return &subset{ports: map[netip.AddrPort]struct{}{}, addrs: map[netip.Addr]struct{}{}}
 }
 
 // admits reports whether the subset admits the worker at ap.
 func (s *subset) admits(ap netip.AddrPort) bool {
+	if s.and != nil && !s.and.admits(ap) {
+		return false
+	}
 	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	if _, ok := s.addrs[ap.Addr()]; ok {
 		return true
@@ -71,7 +81,7 @@ func subsetOf(md *corev3.Metadata) (*subset, *rejection) {
 	if !ok {
 		return nil, nil
 	}
-	s := &subset{ports: map[netip.AddrPort]struct{}{}, addrs: map[netip.Addr]struct{}{}}
+	s := newSubset()
 	var err error
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_StringValue:
@@ -150,4 +160,30 @@ func (x *exchange) followServed(now time.Time, md *corev3.Metadata) {
 		}
 	}
 	x.log.Debug("served endpoint outside the offered list ignored", "request", x.id, "served", served)
+}
+
+// headerTestEndpointSelection is the conformance suite's test-only header
+// naming the endpoints a request must go to, "IP" or "IP:port" entries,
+// comma-separated (the Gateway API Inference Extension's
+// HeaderBasedTestingFilter). tollgate reads it only with
+// Config.TestEndpointSelection.
+const headerTestEndpointSelection = "test-epp-endpoint-selection"
+
+// withTestSelection narrows sub (nil: none) by the test endpoint
+// selection header when it is enabled and present. A header that names no
+// endpoint is answered 503, as the peer's filter leaves no candidate.
+func (x *exchange) withTestSelection(sub *subset) (*subset, *rejection) {
+	v, ok := x.hdr.lookup(headerTestEndpointSelection)
+	if !x.cfg.TestEndpointSelection || !ok {
+		return sub, nil
+	}
+	t := newSubset()
+	if err := t.add(v); err != nil {
+		return nil, &rejection{reason: reasonNoEndpoints, message: "invalid " + headerTestEndpointSelection + " header: " + err.Error()}
+	}
+	if t.entries == 0 {
+		return nil, &rejection{reason: reasonNoEndpoints, message: "the " + headerTestEndpointSelection + " header names no endpoint"}
+	}
+	t.and = sub
+	return t, nil
 }

@@ -290,6 +290,9 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 			st.warnings = append(st.warnings, "no workers: "+o.workersFile+" lists none; every inference request is answered 503 until it does")
 		}
 	}
+	if o.picker.testEndpointSelection {
+		st.warnings = append(st.warnings, "--test-endpoint-selection is on: any client can choose its worker with the test-epp-endpoint-selection header; use it for conformance tests only")
+	}
 	return st, nil
 }
 

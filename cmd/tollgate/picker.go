@@ -18,6 +18,7 @@ type pickerOptions struct {
 	assumeResponseBodyMode string
 	classLimitStatus       int
 	fallbackEndpoints      int
+	testEndpointSelection  bool
 }
 
 func registerPickerFlags(fs *flag.FlagSet, o *pickerOptions) {
@@ -27,6 +28,8 @@ func registerPickerFlags(fs *flag.FlagSet, o *pickerOptions) {
 		"response body mode assumed when Envoy sends no protocol_config (before 1.34), same values")
 	fs.IntVar(&o.fallbackEndpoints, "fallback-endpoints", 0,
 		"next-best workers named after the chosen one in x-gateway-destination-endpoint, for the data plane to retry on (0 to 8)")
+	fs.BoolVar(&o.testEndpointSelection, "test-endpoint-selection", false,
+		"TESTING ONLY: honour the conformance suite's test-epp-endpoint-selection header, which lets a client choose its worker")
 	fs.IntVar(&o.classLimitStatus, "class-limit-status", extproc.DefaultClassLimitStatus,
 		"HTTP status of a Dynamo per-worker queue limit: 529 (Dynamo's Overloaded) or 429 (the endpoint picker protocol's shed answer)")
 }
@@ -51,5 +54,6 @@ func (o *pickerOptions) apply(cfg *extproc.Config) error {
 		errs = append(errs, fmt.Errorf("--fallback-endpoints must be between 0 and %d, got %d", sched.MaxFallbacks, o.fallbackEndpoints))
 	}
 	cfg.Sched.Fallbacks = o.fallbackEndpoints
+	cfg.TestEndpointSelection = o.testEndpointSelection
 	return errors.Join(errs...)
 }

@@ -208,3 +208,44 @@ func TestFallbackEndpoints(t *testing.T) {
 		})
 	}
 }
+
+// TestConformanceEndpointSelection replays the conformance suite's
+// test-only selection (pkg/epp/framework/plugins/scheduling/test/filter/
+// request_header_based_filter.go:66-130 and filter_test.go at 1748e829:
+// "IP" or "IP:port" entries, an exact port when given, nothing matched →
+// no candidate): honoured only with --test-endpoint-selection, and
+// narrowing the data plane's subset, never widening it.
+func TestConformanceEndpointSelection(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newStack(t, options{mode: m.req, workers: 3,
+				config: func(c *extproc.Config) { c.TestEndpointSelection = true }})
+			addr := func(i int) string { return s.list[i].Address }
+			for i := range 3 {
+				r := s.do(chat(fmt.Sprintf("steer %d", i), "test-epp-endpoint-selection", "192.168.1.9, "+addr(i)))
+				expectStatus(t, r, http.StatusOK, "")
+				if r.Endpoint != addr(i) {
+					t.Fatalf("steered to %s, served by %s", addr(i), r.Endpoint)
+				}
+			}
+			r := s.do(chat("nothing known", "test-epp-endpoint-selection", "192.168.1.9:8000"))
+			expectStatus(t, r, http.StatusServiceUnavailable, "no_endpoints")
+			r = s.do(chat("blank", "test-epp-endpoint-selection", " , "))
+			expectStatus(t, r, http.StatusServiceUnavailable, "no_endpoints")
+			// With a subset: the header narrows it; outside it, 503.
+			req := chat("narrowed", "test-epp-endpoint-selection", addr(1))
+			req.MetadataContext = subsetHint(subsetList(addr(0), addr(1)))
+			if r := s.do(req); r.Status != http.StatusOK || r.Endpoint != addr(1) {
+				t.Fatalf("narrowed subset: %d to %s, want 200 to %s", r.Status, r.Endpoint, addr(1))
+			}
+			req = chat("widened", "test-epp-endpoint-selection", addr(2))
+			req.MetadataContext = subsetHint(subsetList(addr(0), addr(1)))
+			expectStatus(t, s.do(req), http.StatusServiceUnavailable, "no_endpoints")
+		})
+	}
+	// Without the flag the header is ignored: naming no known endpoint
+	// does not stop the request.
+	s := newStack(t, options{workers: 2})
+	r := s.do(chat("ignored", "test-epp-endpoint-selection", "192.168.1.9:8000"))
+	expectStatus(t, r, http.StatusOK, "")
+}
