@@ -140,6 +140,10 @@ type exchange struct {
 	kind        openai.Kind
 	admission   bool
 	body        []byte
+	newBody     []byte // the body after a model rewrite; nil: unchanged
+	// rewrittenFrom and rewrittenTo are the client's model name and the
+	// one it was rewritten to; empty without a rewrite.
+	rewrittenFrom, rewrittenTo string
 	headersOnly bool
 	held        []heldKind
 	reqTimer    envoyTimer

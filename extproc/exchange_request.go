@@ -166,6 +166,7 @@ func (x *exchange) requestTrailers(now time.Time) step {
 // complete decides a request whose headers and body are read: route it at
 // once when it is outside admission, otherwise plan it and submit it.
 func (x *exchange) complete(now time.Time) step {
+	x.rewrite()
 	if !x.admission {
 		if !x.canCarryRoute() {
 			// BUFFERED with trailers and no body: only the trailers reply
@@ -222,6 +223,7 @@ func (x *exchange) routeReplies(t target) []*extprocv3.ProcessingResponse {
 	x.stage = stageRouted
 	mut, md := routing(t)
 	out := make([]*extprocv3.ProcessingResponse, 0, len(x.held)+1)
+	firstChunk := true
 	carry := func(r *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
 		if mut != nil {
 			r.DynamicMetadata = md
@@ -234,9 +236,10 @@ func (x *exchange) routeReplies(t target) []*extprocv3.ProcessingResponse {
 		case heldHeaders:
 			out = append(out, carry(requestHeadersReply(mut)))
 		case heldBufferedBody:
-			out = append(out, carry(requestBodyReply(mut)))
+			out = append(out, carry(x.bufferedBodyReply(mut)))
 		case heldChunk:
-			out = append(out, requestBodyReply(nil))
+			out = append(out, x.streamedChunkReply(firstChunk))
+			firstChunk = false
 		case heldDuplexBody:
 			trailers := len(x.held) > 0 && x.held[len(x.held)-1] == heldTrailers
 			out = append(out, duplexRequestBody(x.body, !trailers)...)
@@ -245,6 +248,6 @@ func (x *exchange) routeReplies(t target) []*extprocv3.ProcessingResponse {
 		}
 	}
 	x.held = x.held[:0]
-	x.body = nil
+	x.body, x.newBody = nil, nil
 	return out
 }

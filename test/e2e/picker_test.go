@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -248,4 +249,61 @@ func TestConformanceEndpointSelection(t *testing.T) {
 	s := newStack(t, options{workers: 2})
 	r := s.do(chat("ignored", "test-epp-endpoint-selection", "192.168.1.9:8000"))
 	expectStatus(t, r, http.StatusOK, "")
+}
+
+// TestModelRewrite: a static rewrite table serves "team-alias" as the workers'
+// model. The rewritten name is what tollgate routes (the workers serve
+// only the target) and what the worker receives, in every body mode that
+// lets tollgate replace the body; BUFFERED carries a matching
+// Content-Length (Envoy rejects a mismatch). The peers rewrite in the
+// body the same way (GIE pkg/epp/handlers/request.go at 1748e829,
+// generateRequestBodyResponses).
+func TestModelRewrite(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newStack(t, options{mode: m.req, workers: 2,
+				config: func(c *extproc.Config) { c.ModelRewrites = map[string]string{"team-alias": model} },
+				sim: func(c *envoysim.Config) {
+					if m.req == extprocfilterv3.ProcessingMode_STREAMED {
+						c.SendBodyWithoutWaitingForHeaderResponse = true // the chunks are held
+					}
+				}})
+			body := []byte(`{"model":"team-alias","messages":[{"role":"user","content":"` + strings.Repeat("rewrite me ", 3000) + `"}],"stream":true,"max_tokens":4}`)
+			r := s.do(post("/v1/chat/completions", body, "Content-Length", fmt.Sprint(len(body))))
+			expectStatus(t, r, http.StatusOK, "")
+			up := string(r.Upstream.Body)
+			if !strings.Contains(up, `"model":"`+model+`"`) || strings.Contains(up, "team-alias") || !strings.Contains(up, strings.Repeat("rewrite me ", 3000)) {
+				t.Fatalf("upstream body not rewritten whole: %.200s", up)
+			}
+			// The client sees its own name back in every chunk.
+			if !strings.Contains(string(r.Body), `"model":"team-alias"`) || strings.Contains(string(r.Body), `"model":"`+model+`"`) {
+				t.Fatalf("response names the rewritten model: %.300s", r.Body)
+			}
+			// A whole JSON answer too, with a length that fits the body.
+			cb := []byte(`{"model":"team-alias","prompt":"complete me","max_tokens":4}`)
+			r = s.do(post("/v1/completions", cb, "Content-Length", fmt.Sprint(len(cb))))
+			expectStatus(t, r, http.StatusOK, "")
+			var v struct{ Model string }
+			if err := json.Unmarshal(r.Body, &v); err != nil || v.Model != "team-alias" {
+				t.Fatalf("completion answer %q: model %q, %v", r.Body, v.Model, err)
+			}
+			if cl := r.Header.Get("Content-Length"); cl != "" && cl != fmt.Sprint(len(r.Body)) {
+				t.Fatalf("Content-Length %s for a %d-byte body", cl, len(r.Body))
+			}
+			// A name outside the table passes unchanged.
+			r = s.do(chat("not rewritten"))
+			expectStatus(t, r, http.StatusOK, "")
+			if !strings.Contains(string(r.Body), `"model":"`+model+`"`) {
+				t.Fatalf("unrewritten response changed: %.200s", r.Body)
+			}
+		})
+	}
+	// STREAMED decided on the headers alone never sees the body: nothing
+	// is rewritten, and the worker refuses the unknown name.
+	s := newStack(t, options{mode: extprocfilterv3.ProcessingMode_STREAMED, anyModel: true,
+		config: func(c *extproc.Config) { c.ModelRewrites = map[string]string{"team-alias": model} }})
+	r := s.do(post("/v1/chat/completions", []byte(`{"model":"team-alias","messages":[{"role":"user","content":"x"}]}`)))
+	if strings.Contains(string(r.Upstream.Body), `"model":"`+model+`"`) {
+		t.Fatal("rewritten although the decision came before the body")
+	}
 }
