@@ -134,19 +134,19 @@ type exchange struct {
 	start time.Time
 
 	// Request.
-	hdr         *headerInfo
-	subset      *subset // the data plane's endpoint subset; nil for none
-	who         identity
-	kind        openai.Kind
-	admission   bool
-	body        []byte
-	newBody     []byte // the body after a model rewrite; nil: unchanged
+	hdr       *headerInfo
+	subset    *subset // the data plane's endpoint subset; nil for none
+	who       identity
+	kind      openai.Kind
+	admission bool
+	body      []byte
+	newBody   []byte // the body after a model rewrite; nil: unchanged
 	// rewrittenFrom and rewrittenTo are the client's model name and the
 	// one it was rewritten to; empty without a rewrite.
 	rewrittenFrom, rewrittenTo string
-	headersOnly bool
-	held        []heldKind
-	reqTimer    envoyTimer
+	headersOnly                bool
+	held                       []heldKind
+	reqTimer                   envoyTimer
 
 	// Scheduling.
 	plan      *plan

@@ -52,7 +52,6 @@ func (x *exchange) responseHeaders(now time.Time, h *extprocv3.HttpHeaders) step
 	return step{send: []*extprocv3.ProcessingResponse{responseHeadersReply()}}
 }
 
-
 // responseBody follows the response: the first non-empty chunk is the
 // first token, end_of_stream is the end of the request.
 func (x *exchange) responseBody(now time.Time, b *extprocv3.HttpBody) step {
