@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -142,5 +143,58 @@ func TestServed_MovesTheBooking(t *testing.T) {
 		if rs.ActiveRequests != 0 || rs.ActivePrefillTokens != 0 || rs.ActiveBlocks != 0 {
 			t.Fatalf("rank %+v holds load after every request ended", rs)
 		}
+	}
+}
+
+// fleetCycle submits one request to a fleet of single-rank workers and
+// ends it.
+func fleetCycle(tb testing.TB, s *Scheduler, i uint64) {
+	r := Request{ID: i, Model: "m", Priority: PriorityDefault, ISL: 512}
+	if acts := s.Submit(simT0, r); len(acts) != 1 || acts[0].Kind != ActionDispatch {
+		tb.Fatalf("submit %d: %v", i, simRender(acts))
+	}
+	s.Done(simT0, i)
+}
+
+func fleet(tb testing.TB, fallbacks, workers int) *Scheduler {
+	ws := make([]Worker, workers)
+	for i := range ws {
+		ws[i] = Worker{ID: fmt.Sprintf("w%d", i)}
+	}
+	s, err := New(Config{Start: simT0, Fallbacks: fallbacks}, ws)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// BenchmarkScheduler_Fallbacks measures a Submit+Done cycle over 64
+// workers without fallbacks and with 2 (one more pass over the workers).
+func BenchmarkScheduler_Fallbacks(b *testing.B) {
+	for _, n := range []int{0, 2} {
+		b.Run(fmt.Sprintf("fallbacks=%d", n), func(b *testing.B) {
+			s := fleet(b, n, 64)
+			i := uint64(0)
+			b.ReportAllocs()
+			for b.Loop() {
+				i++
+				fleetCycle(b, s, i)
+			}
+		})
+	}
+}
+
+func TestFallbacks_SteadyStateAllocations(t *testing.T) {
+	if simRaceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	s := fleet(t, 2, 64)
+	i := uint64(0)
+	for range 1000 {
+		i++
+		fleetCycle(t, s, i)
+	}
+	if n := testing.AllocsPerRun(1000, func() { i++; fleetCycle(t, s, i) }); n != 0 {
+		t.Errorf("%v allocations per Submit+Done with fallbacks, want 0", n)
 	}
 }
