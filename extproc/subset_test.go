@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -103,5 +105,39 @@ func TestWorkerSetAllowed(t *testing.T) {
 		if got := strings.Join(ws.allowed(s), ","); got != want {
 			t.Errorf("allowed(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The served endpoint moves the booking only to an endpoint tollgate
+// offered, and only once the request holds one (GIE lwepp
+// pkg/lwepp/handlers/response.go:36-50 at 1748e829 reads the same key).
+func TestExchange_FollowsTheServedEndpoint(t *testing.T) {
+	served := func(addr string) *extprocv3.ProcessingRequest {
+		m := respHeaders(false)
+		m.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			lbNamespace: {Fields: map[string]*structpb.Value{servedKey: structpb.NewStringValue(addr)}}}}
+		return m
+	}
+	for _, c := range []struct {
+		name, addr string
+		want       []string
+	}{
+		{"the target itself", "10.0.0.7:8000", nil},
+		{"an offered fallback", " 10.0.0.9:8000 ", []string{"7 w2/0"}},
+		{"an endpoint never offered", "10.0.0.99:8000", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x, env, _ := newTestExchange(t, testConfig(nil))
+			feed(t, x, reqHeaders(proto{req: modeBuffered, resp: modeStreamed}, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+			st := dispatched(false)
+			st.target.fallbacks = []target{{worker: "w1", address: "10.0.0.8:8000"}, {worker: "w2", address: "10.0.0.9:8000"}}
+			x.onTicket(t0, st)
+			if got := kinds(x.message(t0, served(c.addr)).send); !cmp.Equal(got, []string{"resp_headers"}) {
+				t.Fatalf("response headers answered %v", got)
+			}
+			if !cmp.Equal(c.want, env.servedAt) {
+				t.Fatalf("served reports %v, want %v", env.servedAt, c.want)
+			}
+		})
 	}
 }
