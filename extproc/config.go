@@ -168,12 +168,13 @@ type Config struct {
 	// default, or 429, which the endpoint picker protocol suggests for
 	// shed requests and which generic clients retry with backoff.
 	ClassLimitStatus int
-	// ModelRewrites maps a requested model name to the one tollgate
-	// prices, routes and sends upstream (--model-rewrite FROM=TO), at most
-	// MaxModelRewrites entries. The request body is rewritten wherever the
-	// body mode lets tollgate replace it (not in STREAMED mode decided on
-	// the headers alone, nor NONE).
-	ModelRewrites map[string]string
+	// ModelRewrites maps a requested model name to the models tollgate
+	// prices, routes and sends upstream instead, one chosen per request by
+	// weight (--model-rewrite), at most MaxModelRewrites entries. The
+	// request body is rewritten wherever the body mode lets tollgate
+	// replace it (not in STREAMED mode decided on the headers alone, nor
+	// NONE).
+	ModelRewrites map[string][]RewriteTarget
 	// TestEndpointSelection honours the conformance suite's test-only
 	// test-epp-endpoint-selection request header, which restricts a
 	// request to the endpoints it names (--test-endpoint-selection). Never
@@ -383,8 +384,8 @@ func (c Config) Validate() error {
 	if c.Sched.BlockSize > math.MaxInt32 {
 		bad("block size %d is too large", c.Sched.BlockSize)
 	}
-	if len(c.ModelRewrites) > MaxModelRewrites {
-		bad("%d model rewrites exceed %d", len(c.ModelRewrites), MaxModelRewrites)
+	if err := validRewrites(c.ModelRewrites); err != nil {
+		bad("%v", err)
 	}
 	if s := c.ClassLimitStatus; s != 0 && s != http.StatusTooManyRequests && s != DefaultClassLimitStatus {
 		bad("class limit status %d is neither 529 nor 429", s)

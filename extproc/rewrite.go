@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -15,21 +17,88 @@ import (
 // MaxModelRewrites bounds the static rewrite table.
 const MaxModelRewrites = 1024
 
-// ParseModelRewrite parses one --model-rewrite value, FROM=TO.
-func ParseModelRewrite(s string) (from, to string, err error) {
-	from, to, ok := strings.Cut(s, "=")
-	from, to = strings.TrimSpace(from), strings.TrimSpace(to)
-	if !ok || from == "" || to == "" || len(from) > openai.MaxModelNameBytes || len(to) > openai.MaxModelNameBytes {
-		return "", "", fmt.Errorf("invalid model rewrite %q: want FROM=TO, each 1 to %d bytes", s, openai.MaxModelNameBytes)
-	}
-	return from, to, nil
+// MaxRewriteWeight bounds the weight of one rewrite target.
+const MaxRewriteWeight = 10000
+
+// RewriteTarget is one model a rewrite sends requests to, with its share
+// of the rewrite's requests (weight over the sum of the targets' weights).
+type RewriteTarget struct {
+	Model  string
+	Weight uint32
 }
 
-// rewriteModel returns body with its top-level "model" replaced by the
-// table's target, and whether it changed. Other fields are kept as they
-// were sent (their order may change). A body that is not a JSON object,
-// or names a model outside the table, is left alone.
-func rewriteModel(body []byte, table map[string]string) ([]byte, bool) {
+// ParseModelRewrite parses one --model-rewrite value: FROM=TO, or weighted
+// targets FROM=TO*WEIGHT,TO*WEIGHT,... (a missing weight is 1), as an
+// InferenceModelRewrite rule splits traffic.
+func ParseModelRewrite(s string) (from string, targets []RewriteTarget, err error) {
+	bad := fmt.Errorf("invalid model rewrite %q: want FROM=TO or FROM=TO*WEIGHT,TO*WEIGHT,..., names of 1 to %d bytes, weights 1 to %d",
+		s, openai.MaxModelNameBytes, MaxRewriteWeight)
+	from, list, ok := strings.Cut(s, "=")
+	from = strings.TrimSpace(from)
+	if !ok || from == "" || len(from) > openai.MaxModelNameBytes {
+		return "", nil, bad
+	}
+	for t := range strings.SplitSeq(list, ",") {
+		name, w, weighted := strings.Cut(t, "*")
+		name = strings.TrimSpace(name)
+		weight := uint64(1)
+		if weighted {
+			if weight, err = strconv.ParseUint(strings.TrimSpace(w), 10, 32); err != nil {
+				return "", nil, bad
+			}
+		}
+		if name == "" || len(name) > openai.MaxModelNameBytes || weight < 1 || weight > MaxRewriteWeight {
+			return "", nil, bad
+		}
+		targets = append(targets, RewriteTarget{Model: name, Weight: uint32(weight)})
+	}
+	return from, targets, nil
+}
+
+// validRewrites reports the first invalid entry of a rewrite table.
+func validRewrites(table map[string][]RewriteTarget) error {
+	if len(table) > MaxModelRewrites {
+		return fmt.Errorf("%d model rewrites exceed %d", len(table), MaxModelRewrites)
+	}
+	for from, ts := range table {
+		if from == "" || len(ts) == 0 {
+			return fmt.Errorf("model rewrite of %q has no target", from)
+		}
+		for _, t := range ts {
+			if t.Model == "" || t.Weight < 1 || t.Weight > MaxRewriteWeight {
+				return fmt.Errorf("model rewrite of %q: target %q weight %d: want a name and a weight from 1 to %d", from, t.Model, t.Weight, MaxRewriteWeight)
+			}
+		}
+	}
+	return nil
+}
+
+// pickTarget chooses a target with probability weight/total; draw(n)
+// returns a uniform number in [0, n).
+func pickTarget(ts []RewriteTarget, draw func(uint64) uint64) string {
+	if len(ts) == 1 {
+		return ts[0].Model
+	}
+	var total uint64
+	for _, t := range ts {
+		total += uint64(t.Weight)
+	}
+	r := draw(total)
+	for _, t := range ts {
+		if r < uint64(t.Weight) {
+			return t.Model
+		}
+		r -= uint64(t.Weight)
+	}
+	return ts[len(ts)-1].Model
+}
+
+// rewriteModel returns body with its top-level "model" replaced by one of
+// the table's targets (chosen by weight with draw), and whether it
+// changed. Other fields are kept as they were sent (their order may
+// change). A body that is not a JSON object, or names a model outside the
+// table, is left alone.
+func rewriteModel(body []byte, table map[string][]RewriteTarget, draw func(uint64) uint64) ([]byte, bool) {
 	if len(table) == 0 || len(body) == 0 {
 		return nil, false
 	}
@@ -41,8 +110,12 @@ func rewriteModel(body []byte, table map[string]string) ([]byte, bool) {
 	if json.Unmarshal(fields["model"], &model) != nil {
 		return nil, false
 	}
-	to, ok := table[model]
-	if !ok || to == model {
+	ts, ok := table[model]
+	if !ok {
+		return nil, false
+	}
+	to := pickTarget(ts, draw)
+	if to == model {
 		return nil, false
 	}
 	v, err := json.Marshal(to)
@@ -66,7 +139,7 @@ func (x *exchange) rewrite() {
 	if x.headersOnly || len(x.cfg.ModelRewrites) == 0 {
 		return
 	}
-	if out, ok := rewriteModel(x.body, x.cfg.ModelRewrites); ok {
+	if out, ok := rewriteModel(x.body, x.cfg.ModelRewrites, rand.Uint64N); ok {
 		x.rewrittenFrom, x.rewrittenTo = modelOf(x.body), modelOf(out)
 		x.log.Debug("model rewritten", "request", x.id, "from", x.rewrittenFrom, "to", x.rewrittenTo)
 		x.body, x.newBody = out, out

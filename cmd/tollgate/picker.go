@@ -31,7 +31,7 @@ func registerPickerFlags(fs *flag.FlagSet, o *pickerOptions) {
 		"next-best workers named after the chosen one in x-gateway-destination-endpoint, for the data plane to retry on (0 to 8)")
 	fs.BoolVar(&o.testEndpointSelection, "test-endpoint-selection", false,
 		"TESTING ONLY: honour the conformance suite's test-epp-endpoint-selection header, which lets a client choose its worker")
-	fs.Var(&o.modelRewrites, "model-rewrite", "serve requests for model FROM as model TO, rewriting the request body, as FROM=TO (repeatable)")
+	fs.Var(&o.modelRewrites, "model-rewrite", "serve requests for model FROM as model TO, rewriting the request body: FROM=TO, or FROM=TO*WEIGHT,TO*WEIGHT,... to split by weight (repeatable)")
 	fs.IntVar(&o.classLimitStatus, "class-limit-status", extproc.DefaultClassLimitStatus,
 		"HTTP status of a Dynamo per-worker queue limit: 529 (Dynamo's Overloaded) or 429 (the endpoint picker protocol's shed answer)")
 }
@@ -58,18 +58,18 @@ func (o *pickerOptions) apply(cfg *extproc.Config) error {
 	cfg.Sched.Fallbacks = o.fallbackEndpoints
 	cfg.TestEndpointSelection = o.testEndpointSelection
 	for _, s := range o.modelRewrites {
-		from, to, err := extproc.ParseModelRewrite(s)
+		from, targets, err := extproc.ParseModelRewrite(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--model-rewrite: %w", err))
 			continue
 		}
 		if cfg.ModelRewrites == nil {
-			cfg.ModelRewrites = map[string]string{}
+			cfg.ModelRewrites = map[string][]extproc.RewriteTarget{}
 		}
 		if _, dup := cfg.ModelRewrites[from]; dup {
 			errs = append(errs, fmt.Errorf("--model-rewrite: model %q is rewritten twice", from))
 		}
-		cfg.ModelRewrites[from] = to
+		cfg.ModelRewrites[from] = targets
 	}
 	return errors.Join(errs...)
 }
