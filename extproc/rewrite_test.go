@@ -33,9 +33,9 @@ func TestRewriteModel(t *testing.T) {
 
 func TestParseModelRewrite(t *testing.T) {
 	for in, want := range map[string][]RewriteTarget{
-		" alias = llama ":           {{"llama", 1}},
+		" alias = llama ":          {{"llama", 1}},
 		"alias=llama*3, mistral*1": {{"llama", 3}, {"mistral", 1}},
-		"alias=org/llama:8b*2":      {{"org/llama:8b", 2}},
+		"alias=org/llama:8b*2":     {{"org/llama:8b", 2}},
 	} {
 		from, ts, err := ParseModelRewrite(in)
 		if err != nil || from != "alias" || !cmp.Equal(ts, want) {

@@ -262,7 +262,9 @@ func TestModelRewrite(t *testing.T) {
 	for _, m := range bodyModes {
 		t.Run(m.name, func(t *testing.T) {
 			s := newStack(t, options{mode: m.req, workers: 2,
-				config: func(c *extproc.Config) { c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}} },
+				config: func(c *extproc.Config) {
+					c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}}
+				},
 				sim: func(c *envoysim.Config) {
 					if m.req == extprocfilterv3.ProcessingMode_STREAMED {
 						c.SendBodyWithoutWaitingForHeaderResponse = true // the chunks are held
@@ -301,7 +303,9 @@ func TestModelRewrite(t *testing.T) {
 	// STREAMED decided on the headers alone never sees the body: nothing
 	// is rewritten, and the worker refuses the unknown name.
 	s := newStack(t, options{mode: extprocfilterv3.ProcessingMode_STREAMED, anyModel: true,
-		config: func(c *extproc.Config) { c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}} }})
+		config: func(c *extproc.Config) {
+			c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}}
+		}})
 	r := s.do(post("/v1/chat/completions", []byte(`{"model":"team-alias","messages":[{"role":"user","content":"x"}]}`)))
 	if strings.Contains(string(r.Upstream.Body), `"model":"`+model+`"`) {
 		t.Fatal("rewritten although the decision came before the body")
