@@ -311,3 +311,29 @@ func TestModelRewrite(t *testing.T) {
 		t.Fatal("rewritten although the decision came before the body")
 	}
 }
+
+// TestModelRewriteWeighted: weighted targets split the requests; each
+// request goes upstream under one of them (the mock workers serve only the
+// test model and answer 404 for the other).
+func TestModelRewriteWeighted(t *testing.T) {
+	s := newStack(t, options{workers: 2, anyModel: true,
+		config: func(c *extproc.Config) {
+			c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}, {Model: "mistral", Weight: 1}}}
+		}})
+	seen := map[string]int{}
+	for i := range 24 {
+		body := []byte(fmt.Sprintf(`{"model":"team-alias","prompt":"split %d","max_tokens":2}`, i))
+		r := s.do(post("/v1/completions", body))
+		if r.Upstream == nil {
+			t.Fatalf("request %d not routed: %d %s", i, r.Status, r.Body)
+		}
+		var up struct{ Model string }
+		if err := json.Unmarshal(r.Upstream.Body, &up); err != nil {
+			t.Fatal(err)
+		}
+		seen[up.Model]++
+	}
+	if len(seen) != 2 || seen[model] == 0 || seen["mistral"] == 0 {
+		t.Fatalf("upstream models %v, want both targets (all 24 on one has probability 2^-23)", seen)
+	}
+}
