@@ -102,6 +102,9 @@ type rejection struct {
 	errType, errCode string
 	// model is named in a no-endpoints body.
 	model string
+	// status replaces the row's HTTP status when set (the operator's
+	// choice for per-worker queue limits, Config.ClassLimitStatus).
+	status int
 	// Dynamo queue-limit details.
 	policyClass string
 	limitKind   sched.LimitKind
@@ -112,7 +115,15 @@ type rejection struct {
 // String describes the rejection for logs.
 func (r *rejection) String() string {
 	row := answerTable[r.reason]
-	return fmt.Sprintf("%d %s: %s", row.status, row.code, r.text())
+	return fmt.Sprintf("%d %s: %s", r.httpStatus(), row.code, r.text())
+}
+
+// httpStatus is the answer's HTTP status.
+func (r *rejection) httpStatus() int {
+	if r.status != 0 {
+		return r.status
+	}
+	return answerTable[r.reason].status
 }
 
 // code is the row's error code (the metric label).
@@ -170,7 +181,7 @@ func (r *rejection) immediate() *extprocv3.ImmediateResponse {
 	}
 	sortHeaders(hdrs)
 	return &extprocv3.ImmediateResponse{
-		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(row.status)},
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(r.httpStatus())},
 		Headers: &extprocv3.HeaderMutation{SetHeaders: hdrs},
 		Body:    r.body(),
 		Details: "tollgate_" + row.code,
@@ -186,7 +197,7 @@ func (r *rejection) body() []byte {
 		v = dynamoOverload{
 			Message: r.text(),
 			Type:    "Overloaded",
-			Code:    row.status,
+			Code:    r.httpStatus(),
 			Details: dynamoOverloadDetails{PolicyClass: r.policyClass, LimitKind: r.limitKind.String(), Current: r.current, Limit: r.limit},
 		}
 	case shapeOpenAI:

@@ -5,7 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
+	"strings"
 	"time"
+
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollgate/tollgate/extproc/enginemetrics"
 	"github.com/tollgate/tollgate/extproc/kvevents"
@@ -56,6 +61,9 @@ const (
 	// without sending its first message (--first-message-timeout). Envoy
 	// sends the request headers as soon as it opens a stream.
 	DefaultFirstMessageTimeout = 10 * time.Second
+	// DefaultClassLimitStatus is Dynamo's answer to a per-worker queue
+	// limit, 529 Overloaded (--class-limit-status).
+	DefaultClassLimitStatus = 529
 	// DefaultWorkersPollInterval is how often a FileWatcher checks its file.
 	DefaultWorkersPollInterval = 2 * time.Second
 )
@@ -156,6 +164,28 @@ type Config struct {
 	// (--envoy-max-message-timeout). 0 means DefaultEnvoyMaxMessageTimeout;
 	// a negative value means Envoy does not accept overrides.
 	EnvoyMaxMessageTimeout time.Duration
+	// ClassLimitStatus is the HTTP status of a Dynamo per-worker queue
+	// limit (--class-limit-status): 529, Dynamo's Overloaded and the
+	// default, or 429, which the endpoint picker protocol suggests for
+	// shed requests and which generic clients retry with backoff.
+	ClassLimitStatus int
+	// ModelRewrites maps a requested model name to the models tollgate
+	// prices, routes and sends upstream instead, one chosen per request by
+	// weight (--model-rewrite), at most MaxModelRewrites entries. The
+	// request body is rewritten wherever the body mode lets tollgate
+	// replace it (not in STREAMED mode decided on the headers alone, nor
+	// NONE).
+	ModelRewrites map[string][]RewriteTarget
+	// TestEndpointSelection honours the conformance suite's test-only
+	// test-epp-endpoint-selection request header, which restricts a
+	// request to the endpoints it names (--test-endpoint-selection). Never
+	// enable it in production: any client could pick its worker.
+	TestEndpointSelection bool
+	// AssumedProtocol is the protocol to assume on a stream whose first
+	// message carries no protocol_config, as Envoy releases before 1.34
+	// send it (--assume-request-body-mode, --assume-response-body-mode). It
+	// must match the filter's processing_mode. Nil means DefaultProtocol.
+	AssumedProtocol *extprocv3.ProtocolConfiguration
 	// EnvoyTimeoutMargin is how long before Envoy's timer fires tollgate
 	// answers. 0 means DefaultEnvoyTimeoutMargin; it must be less than
 	// EnvoyMessageTimeout.
@@ -253,7 +283,37 @@ func (c Config) withDefaults() Config {
 	if c.Tenancy == nil {
 		c.Tenancy = &Tenancy{}
 	}
+	if c.AssumedProtocol == nil {
+		c.AssumedProtocol = DefaultProtocol()
+	}
+	setDefault(&c.ClassLimitStatus, DefaultClassLimitStatus)
 	return c
+}
+
+// DefaultProtocol is the protocol assumed when Envoy sends no
+// protocol_config: BUFFERED request and STREAMED response bodies, without
+// send_body_without_waiting_for_header_response, as the shipped
+// configuration sets them.
+func DefaultProtocol() *extprocv3.ProtocolConfiguration {
+	return &extprocv3.ProtocolConfiguration{
+		RequestBodyMode:  extprocfilterv3.ProcessingMode_BUFFERED,
+		ResponseBodyMode: extprocfilterv3.ProcessingMode_STREAMED,
+	}
+}
+
+// ParseBodyMode parses a body send mode by its Envoy name, case and "-"
+// versus "_" ignored: NONE, STREAMED, BUFFERED, BUFFERED_PARTIAL or
+// FULL_DUPLEX_STREAMED. GRPC is not a mode tollgate can read.
+func ParseBodyMode(s string) (extprocfilterv3.ProcessingMode_BodySendMode, error) {
+	name := strings.ToUpper(strings.ReplaceAll(strings.TrimSpace(s), "-", "_"))
+	if v, ok := extprocfilterv3.ProcessingMode_BodySendMode_value[name]; ok && validBodyMode(extprocfilterv3.ProcessingMode_BodySendMode(v)) {
+		return extprocfilterv3.ProcessingMode_BodySendMode(v), nil
+	}
+	return 0, fmt.Errorf("unknown body mode %q: want NONE, STREAMED, BUFFERED, BUFFERED_PARTIAL or FULL_DUPLEX_STREAMED", s)
+}
+
+func validBodyMode(m extprocfilterv3.ProcessingMode_BodySendMode) bool {
+	return m >= extprocfilterv3.ProcessingMode_NONE && m <= extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 }
 
 func setDefault[T int | time.Duration](p *T, v T) {
@@ -327,6 +387,20 @@ func (c Config) Validate() error {
 	}
 	if c.Sched.BlockSize > math.MaxInt32 {
 		bad("block size %d is too large", c.Sched.BlockSize)
+	}
+	if err := validRewrites(c.ModelRewrites); err != nil {
+		bad("%v", err)
+	}
+	if s := c.ClassLimitStatus; s != 0 && s != http.StatusTooManyRequests && s != DefaultClassLimitStatus {
+		bad("class limit status %d is neither 529 nor 429", s)
+	}
+	if p := c.AssumedProtocol; p != nil {
+		if !validBodyMode(p.GetRequestBodyMode()) {
+			bad("assumed request body mode %v is not one tollgate reads", p.GetRequestBodyMode())
+		}
+		if !validBodyMode(p.GetResponseBodyMode()) {
+			bad("assumed response body mode %v is not one tollgate reads", p.GetResponseBodyMode())
+		}
 	}
 	if c.Tenancy != nil {
 		if err := c.Tenancy.validate(); err != nil {

@@ -22,7 +22,8 @@ type scheduler interface {
 	Drain(now time.Time) []sched.Action
 	Resume()
 	NextDeadline() (time.Time, bool)
-	Route(model string) (worker string, rank uint32, ok bool)
+	RouteIn(model string, allowed []string) (worker string, rank uint32, ok bool)
+	Served(now time.Time, id uint64, worker string, rank uint32) []sched.Action
 	Stats() sched.Stats
 }
 
@@ -111,6 +112,7 @@ const (
 	evStats
 	evRoute
 	evEngine
+	evServed
 )
 
 // event is one message to the dispatcher.
@@ -125,6 +127,11 @@ type event struct {
 	workers *workerSet
 	// evRoute.
 	model string
+	// evServed: the worker and rank that served request id.
+	worker string
+	rank   uint32
+	// evSubmit and evRoute: the request's endpoint subset, nil for none.
+	subset *subset
 	// evEngine.
 	loads []sched.EngineLoad
 	// evActive.
@@ -208,6 +215,13 @@ func (d *dispatcher) handle(ev event) {
 			ev.tk.decide(&sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeShutdown, Priority: ev.req.Priority, Model: ev.req.Model}, target{})
 			return
 		}
+		if ev.subset != nil {
+			if ev.req.AllowedWorkers = d.workers.allowed(ev.subset); ev.req.AllowedWorkers == nil {
+				ev.tk.decide(&sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeNoEndpoints,
+					Priority: ev.req.Priority, Model: ev.req.Model, Message: subsetUnmatched}, target{})
+				return
+			}
+		}
 		d.tickets[ev.id] = ev.tk
 		acts := d.sch.Submit(now, ev.req)
 		if d.onSubmit != nil {
@@ -245,10 +259,19 @@ func (d *dispatcher) handle(ev event) {
 		ev.reply <- reply{ok: true}
 	case evEngine:
 		d.deliver(d.sch.ReportLoad(now, ev.loads))
+	case evServed:
+		d.deliver(d.sch.Served(now, ev.id, ev.worker, ev.rank))
 	case evStats:
 		ev.reply <- reply{stats: d.sch.Stats(), ok: true}
 	case evRoute:
-		w, rank, ok := d.sch.Route(ev.model)
+		var allowed []string
+		if ev.subset != nil {
+			if allowed = d.workers.allowed(ev.subset); allowed == nil {
+				ev.reply <- reply{}
+				return
+			}
+		}
+		w, rank, ok := d.sch.RouteIn(ev.model, allowed)
 		var tg target
 		if ok {
 			tg, ok = d.workers.target(w, rank)
@@ -281,7 +304,8 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 				d.cancels = append(d.cancels, a.ID)
 				continue
 			}
-			tk.decide(a, tg)
+			// a.Fallbacks is the scheduler's: resolve it before its next call.
+			tk.decide(a, d.workers.withFallbacks(tg, a.Fallbacks))
 		case sched.ActionReject:
 			tk.decide(a, target{})
 			delete(d.tickets, a.ID)
@@ -325,3 +349,8 @@ func (d *dispatcher) call(ctx context.Context, ev event) (reply, error) {
 	}
 	return <-ev.reply, nil
 }
+
+// subsetUnmatched answers a request whose endpoint subset names no worker
+// of the set.
+const subsetUnmatched = "no endpoints available to route work: no endpoint in the request's endpoint subset (" +
+	subsetNamespace + "/" + subsetKey + ") is a known worker"

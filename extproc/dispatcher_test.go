@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -100,9 +101,14 @@ func (f *fakeScheduler) NextDeadline() (time.Time, bool) {
 	return f.deadline, !f.deadline.IsZero()
 }
 
-func (f *fakeScheduler) Route(model string) (string, uint32, bool) {
+func (f *fakeScheduler) RouteIn(model string, _ []string) (string, uint32, bool) {
 	f.record("route " + model)
 	return "w0", 0, true
+}
+
+func (f *fakeScheduler) Served(_ time.Time, id uint64, worker string, rank uint32) []sched.Action {
+	f.record(fmt.Sprintf("served %d %s/%d", id, worker, rank))
+	return nil
 }
 
 func (f *fakeScheduler) Stats() sched.Stats { return sched.Stats{Capacity: 7} }

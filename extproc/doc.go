@@ -95,6 +95,15 @@
 // one data-parallel rank x-data-parallel-rank: <rank>, the header vLLM reads
 // to place a request; for a single-rank worker that header is removed.
 //
+// As the Gateway API Inference Extension's endpoint picker, tollgate also
+// reads the data plane's endpoint subset (metadata_context
+// envoy.lb.subset_hint/x-gateway-destination-endpoint-subset), which
+// restricts the request's eligible workers (503 when it admits none);
+// with Config.Sched.Fallbacks it names next-best workers after the route,
+// comma-separated, and follows the endpoint the data plane reports in
+// envoy.lb/x-gateway-destination-endpoint-served; and it can rewrite the
+// request's model name (Config.ModelRewrites).
+//
 // # Holding and Envoy's message timer
 //
 // Envoy starts message_timeout (--envoy-message-timeout) for each message

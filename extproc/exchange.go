@@ -18,13 +18,18 @@ import (
 // exchangeEnv is what an exchange needs from the server around it. The
 // stream loop implements it over the dispatcher; tests use a fake.
 type exchangeEnv interface {
-	// submit hands a request to the scheduler. The answer arrives later
-	// through exchange.onTicket. An error means the dispatcher is gone.
-	submit(r *sched.Request) error
-	// route picks a worker for a request outside admission.
-	route(model string) (target, bool, error)
+	// submit hands a request, and its endpoint subset (nil for none), to
+	// the scheduler. The answer arrives later through exchange.onTicket. An
+	// error means the dispatcher is gone.
+	submit(r *sched.Request, sub *subset) error
+	// route picks a worker in the subset (nil: any) for a request outside
+	// admission.
+	route(model string, sub *subset) (target, bool, error)
 	// notify reports FirstToken, Done or Cancel for an admitted request.
 	notify(kind eventKind, id uint64)
+	// served reports that an admitted request was served by another
+	// worker than its target (a fallback).
+	served(id uint64, worker string, rank uint32)
 }
 
 // stage is where an exchange is in its HTTP request's life.
@@ -129,14 +134,19 @@ type exchange struct {
 	start time.Time
 
 	// Request.
-	hdr         *headerInfo
-	who         identity
-	kind        openai.Kind
-	admission   bool
-	body        []byte
-	headersOnly bool
-	held        []heldKind
-	reqTimer    envoyTimer
+	hdr       *headerInfo
+	subset    *subset // the data plane's endpoint subset; nil for none
+	who       identity
+	kind      openai.Kind
+	admission bool
+	body      []byte
+	newBody   []byte // the body after a model rewrite; nil: unchanged
+	// rewrittenFrom and rewrittenTo are the client's model name and the
+	// one it was rewritten to; empty without a rewrite.
+	rewrittenFrom, rewrittenTo string
+	headersOnly                bool
+	held                       []heldKind
+	reqTimer                   envoyTimer
 
 	// Scheduling.
 	plan      *plan
@@ -183,9 +193,9 @@ func (x *exchange) message(now time.Time, m *extprocv3.ProcessingRequest) step {
 		}
 		pc := m.GetProtocolConfig()
 		if pc == nil {
-			// Envoy releases without protocol_config predate every mode
-			// tollgate documents; assume the shipped BUFFERED request mode.
-			pc = &extprocv3.ProtocolConfiguration{RequestBodyMode: extprocfilterv3.ProcessingMode_BUFFERED}
+			// Envoy before 1.34 does not announce its modes: assume the
+			// configured ones.
+			pc = x.cfg.AssumedProtocol
 		}
 		x.reqMode, x.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
 		x.early = pc.GetSendBodyWithoutWaitingForHeaderResponse()
@@ -201,6 +211,9 @@ func (x *exchange) message(now time.Time, m *extprocv3.ProcessingRequest) step {
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return x.requestTrailers(now)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		if x.stage == stageRouted {
+			x.followServed(now, m.GetMetadataContext())
+		}
 		return x.responseHeaders(now, r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return x.responseBody(now, r.ResponseBody)
@@ -356,6 +369,9 @@ func (x *exchange) onShutdown(now time.Time) step {
 // reject answers the request with an ImmediateResponse and ends the
 // exchange.
 func (x *exchange) reject(now time.Time, r *rejection) step {
+	if r.reason == reasonClassLimit {
+		r.status = x.cfg.ClassLimitStatus
+	}
 	x.stage = stageOver
 	x.p.metrics.rejections.WithLabelValues(r.code()).Inc()
 	if !x.start.IsZero() {

@@ -67,6 +67,12 @@ func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest,
 	if rej != nil {
 		return x.reject(now, rej)
 	}
+	if x.subset, rej = subsetOf(m.GetMetadataContext()); rej != nil {
+		return x.reject(now, rej)
+	}
+	if x.subset, rej = x.withTestSelection(x.subset); rej != nil {
+		return x.reject(now, rej)
+	}
 	x.reqTimer.start(now, x.cfg.EnvoyMessageTimeout, !x.duplex())
 	if h.GetEndOfStream() {
 		x.held = append(x.held, heldHeaders)
@@ -160,6 +166,7 @@ func (x *exchange) requestTrailers(now time.Time) step {
 // complete decides a request whose headers and body are read: route it at
 // once when it is outside admission, otherwise plan it and submit it.
 func (x *exchange) complete(now time.Time) step {
+	x.rewrite()
 	if !x.admission {
 		if !x.canCarryRoute() {
 			// BUFFERED with trailers and no body: only the trailers reply
@@ -170,10 +177,12 @@ func (x *exchange) complete(now time.Time) step {
 				message: "a request with trailers and no body cannot be routed: send the request without trailers or with a body"})
 		}
 		model := modelOf(x.body)
-		t, ok, err := x.env.route(model)
+		t, ok, err := x.env.route(model, x.subset)
 		switch {
 		case err != nil:
 			return x.reject(now, &rejection{reason: reasonShutdown})
+		case !ok && x.subset != nil:
+			return x.reject(now, &rejection{reason: reasonNoEndpoints, model: model, message: subsetUnmatched})
 		case !ok:
 			return x.reject(now, &rejection{reason: reasonNoEndpoints, model: model})
 		}
@@ -190,7 +199,7 @@ func (x *exchange) complete(now time.Time) step {
 	}
 	x.submitAt = now
 	x.stage = stageQueued
-	if err := x.env.submit(&pl.req); err != nil {
+	if err := x.env.submit(&pl.req, x.subset); err != nil {
 		return x.onShutdown(now)
 	}
 	return step{}
@@ -214,6 +223,7 @@ func (x *exchange) routeReplies(t target) []*extprocv3.ProcessingResponse {
 	x.stage = stageRouted
 	mut, md := routing(t)
 	out := make([]*extprocv3.ProcessingResponse, 0, len(x.held)+1)
+	firstChunk := true
 	carry := func(r *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
 		if mut != nil {
 			r.DynamicMetadata = md
@@ -226,9 +236,10 @@ func (x *exchange) routeReplies(t target) []*extprocv3.ProcessingResponse {
 		case heldHeaders:
 			out = append(out, carry(requestHeadersReply(mut)))
 		case heldBufferedBody:
-			out = append(out, carry(requestBodyReply(mut)))
+			out = append(out, carry(x.bufferedBodyReply(mut)))
 		case heldChunk:
-			out = append(out, requestBodyReply(nil))
+			out = append(out, x.streamedChunkReply(firstChunk))
+			firstChunk = false
 		case heldDuplexBody:
 			trailers := len(x.held) > 0 && x.held[len(x.held)-1] == heldTrailers
 			out = append(out, duplexRequestBody(x.body, !trailers)...)
@@ -237,6 +248,6 @@ func (x *exchange) routeReplies(t target) []*extprocv3.ProcessingResponse {
 		}
 	}
 	x.held = x.held[:0]
-	x.body = nil
+	x.body, x.newBody = nil, nil
 	return out
 }

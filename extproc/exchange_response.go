@@ -77,7 +77,7 @@ func (x *exchange) responseBody(now time.Time, b *extprocv3.HttpBody) step {
 	duplex := x.respMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 	if x.respHeld {
 		c := respChunk{eos: eos}
-		if duplex {
+		if duplex || x.restoresModel() {
 			c.body = body
 		}
 		x.respPending = append(x.respPending, c)
@@ -88,9 +88,9 @@ func (x *exchange) responseBody(now time.Time, b *extprocv3.HttpBody) step {
 		return step{}
 	}
 	if duplex {
-		return step{send: []*extprocv3.ProcessingResponse{duplexResponseChunk(body, eos)}}
+		return step{send: []*extprocv3.ProcessingResponse{duplexResponseChunk(x.restoreModel(body), eos)}}
 	}
-	return step{send: []*extprocv3.ProcessingResponse{responseBodyReply()}}
+	return step{send: []*extprocv3.ProcessingResponse{x.streamedResponseChunk(body)}}
 }
 
 // responseTrailers end the response.
@@ -174,9 +174,9 @@ func (x *exchange) releaseResponse() []*extprocv3.ProcessingResponse {
 	out = append(out, responseHeadersReply())
 	for _, c := range x.respPending {
 		if x.respMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
-			out = append(out, duplexResponseChunk(c.body, c.eos))
+			out = append(out, duplexResponseChunk(x.restoreModel(c.body), c.eos))
 		} else {
-			out = append(out, responseBodyReply())
+			out = append(out, x.streamedResponseChunk(c.body))
 		}
 	}
 	x.respPending = nil

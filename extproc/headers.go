@@ -55,7 +55,8 @@ func watchedHeader(name, tenantHeader string) bool {
 		policy.HeaderWorkerInstanceID, policy.HeaderWorkerInstanceIDAlias,
 		policy.HeaderDPRank, policy.HeaderDPRankAlias, policy.HeaderDataParallelRankAlias,
 		policy.HeaderSMGPriority,
-		policy.HeaderFairnessID, policy.HeaderFairnessIDLegacy, policy.HeaderObjective, policy.HeaderObjectiveLegacy:
+		policy.HeaderFairnessID, policy.HeaderFairnessIDLegacy, policy.HeaderObjective, policy.HeaderObjectiveLegacy,
+		headerTestEndpointSelection:
 		return true
 	}
 	return name == tenantHeader

@@ -3,6 +3,7 @@ package extproc
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -95,6 +96,8 @@ type note struct {
 // fakeEnv records what an exchange asks of the server.
 type fakeEnv struct {
 	submits   []sched.Request
+	subsets   []*subset
+	servedAt  []string
 	notes     []note
 	routes    []string
 	dest      target
@@ -103,7 +106,8 @@ type fakeEnv struct {
 	submitErr error
 }
 
-func (f *fakeEnv) submit(r *sched.Request) error {
+func (f *fakeEnv) submit(r *sched.Request, sub *subset) error {
+	f.subsets = append(f.subsets, sub)
 	if f.submitErr != nil {
 		return f.submitErr
 	}
@@ -111,12 +115,17 @@ func (f *fakeEnv) submit(r *sched.Request) error {
 	return nil
 }
 
-func (f *fakeEnv) route(model string) (target, bool, error) {
+func (f *fakeEnv) route(model string, sub *subset) (target, bool, error) {
+	f.subsets = append(f.subsets, sub)
 	f.routes = append(f.routes, model)
 	return f.dest, f.destOK, f.routeErr
 }
 
 func (f *fakeEnv) notify(kind eventKind, id uint64) { f.notes = append(f.notes, note{kind, id}) }
+
+func (f *fakeEnv) served(id uint64, worker string, rank uint32) {
+	f.servedAt = append(f.servedAt, fmt.Sprintf("%d %s/%d", id, worker, rank))
+}
 
 var errGone = errors.New("dispatcher gone")
 

@@ -18,9 +18,10 @@ const maxDuplexChunk = 62_000
 // to t: x-gateway-destination-endpoint (overwriting any client value), the
 // DP-rank header for a multi-rank worker (removed otherwise, so a client
 // value never reaches a worker that did not get a rank), and
-// envoy.lb/x-gateway-destination-endpoint. Set headers are sorted by name.
+// envoy.lb/x-gateway-destination-endpoint, both naming t's fallbacks after
+// it when it has any. Set headers are sorted by name.
 func routing(t target) (*extprocv3.HeaderMutation, *structpb.Struct) {
-	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(headerDestination, t.address)}}
+	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(headerDestination, t.endpoints())}}
 	if t.multiRank {
 		m.SetHeaders = append(m.SetHeaders, setHeader(headerUpstreamRank, strconv.FormatUint(uint64(t.rank), 10)))
 	} else {
@@ -29,7 +30,7 @@ func routing(t target) (*extprocv3.HeaderMutation, *structpb.Struct) {
 	sortHeaders(m.SetHeaders)
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{
 		lbNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			headerDestination: structpb.NewStringValue(t.address),
+			headerDestination: structpb.NewStringValue(t.endpoints()),
 		}}),
 	}}
 	return m, md

@@ -29,6 +29,20 @@ import (
 // service name.
 const ServiceName = "envoy.service.ext_proc.v3.ExternalProcessor"
 
+// gRPC health service names the endpoint picker charts of the Gateway API
+// Inference Extension and llm-d probe, beside "" and ServiceName.
+const (
+	// HealthLiveness is SERVING while the process answers: a standby,
+	// draining or worker-less replica is alive and must not be restarted.
+	HealthLiveness = "liveness"
+	// HealthReadiness, like "" and ServiceName, is SERVING only while the
+	// server is Ready: workers known, leading, not draining.
+	HealthReadiness = "readiness"
+	// HealthInferenceExtension is the lightweight picker's name for the
+	// same readiness.
+	HealthInferenceExtension = "inference-extension"
+)
+
 // Server is tollgate's ext_proc server: one Process stream per HTTP
 // request, one dispatcher goroutine (Run) owning the scheduler, metrics and
 // health. Its methods are safe for concurrent use.
@@ -130,8 +144,10 @@ func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
 	return s, nil
 }
 
-// Register registers the ext_proc service and gRPC health (the overall
-// service "" and ServiceName) on g.
+// Register registers the ext_proc service and gRPC health on g: the
+// overall service "", ServiceName, HealthReadiness and
+// HealthInferenceExtension report readiness, HealthLiveness that the
+// process answers; any other name is NOT_FOUND.
 func (s *Server) Register(g *grpc.Server) {
 	extprocv3.RegisterExternalProcessorServer(g, s)
 	healthgrpc.RegisterHealthServer(g, s.health)
@@ -269,8 +285,10 @@ func (s *Server) updateHealth() {
 	if s.Ready() {
 		st = healthgrpc.HealthCheckResponse_SERVING
 	}
-	s.health.SetServingStatus("", st)
-	s.health.SetServingStatus(ServiceName, st)
+	for _, name := range []string{"", ServiceName, HealthReadiness, HealthInferenceExtension} {
+		s.health.SetServingStatus(name, st)
+	}
+	s.health.SetServingStatus(HealthLiveness, healthgrpc.HealthCheckResponse_SERVING)
 }
 
 // Drain shuts the server down gracefully: it marks the server not ready
@@ -372,16 +390,20 @@ type streamEnv struct {
 	ctx context.Context
 }
 
-func (e *streamEnv) submit(r *sched.Request) error {
-	return e.s.disp.send(e.ctx, event{kind: evSubmit, id: r.ID, req: *r, tk: e.tk, at: e.s.cfg.Now()})
+func (e *streamEnv) submit(r *sched.Request, sub *subset) error {
+	return e.s.disp.send(e.ctx, event{kind: evSubmit, id: r.ID, req: *r, subset: sub, tk: e.tk, at: e.s.cfg.Now()})
 }
 
-func (e *streamEnv) route(model string) (target, bool, error) {
-	r, err := e.s.disp.call(e.ctx, event{kind: evRoute, model: model})
+func (e *streamEnv) route(model string, sub *subset) (target, bool, error) {
+	r, err := e.s.disp.call(e.ctx, event{kind: evRoute, model: model, subset: sub})
 	return r.target, r.ok, err
 }
 
 func (e *streamEnv) notify(kind eventKind, id uint64) { e.s.disp.notify(kind, id) }
+
+func (e *streamEnv) served(id uint64, worker string, rank uint32) {
+	_ = e.s.disp.send(context.Background(), event{kind: evServed, id: id, worker: worker, rank: rank})
+}
 
 type received struct {
 	m   *extprocv3.ProcessingRequest

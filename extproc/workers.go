@@ -294,6 +294,24 @@ type target struct {
 	// multiRank is true when the worker has more than one DP rank, so the
 	// rank header must be sent upstream.
 	multiRank bool
+	// fallbacks are the next-best workers, named after address in the
+	// routing header and metadata (the endpoint picker protocol's list).
+	fallbacks []target
+}
+
+// endpoints is the routing value: the address, then the fallbacks',
+// comma-separated.
+func (t *target) endpoints() string {
+	if len(t.fallbacks) == 0 {
+		return t.address
+	}
+	var b strings.Builder
+	b.WriteString(t.address)
+	for _, f := range t.fallbacks {
+		b.WriteByte(',')
+		b.WriteString(f.address)
+	}
+	return b.String()
 }
 
 // workerSet is a validated, immutable worker set: what the scheduler sees
@@ -310,6 +328,7 @@ type workerSet struct {
 
 type workerAddr struct {
 	address string
+	ap      netip.AddrPort
 	ranks   uint32
 }
 
@@ -331,7 +350,7 @@ func newWorkerSet(ws []Worker) (*workerSet, error) {
 			MaxRunningRequests: w.MaxRunningRequests,
 			MaxBatchedTokens:   w.MaxNumBatchedTokens,
 		}
-		s.byID[w.ID] = workerAddr{address: ap.String(), ranks: max(w.DPSize, 1)}
+		s.byID[w.ID] = workerAddr{address: ap.String(), ap: ap, ranks: max(w.DPSize, 1)}
 		u, _ := enginemetrics.ResolveURL(ap.String(), w.MetricsURL) // validated above
 		s.targets = append(s.targets, enginemetrics.Target{Worker: w.ID, URL: u, DPStart: w.DPStartRank, DPSize: w.DPSize})
 		s.kv[i] = kvevents.Endpoint{Worker: w.ID, Model: w.Model, Address: ap.Addr().String(),
@@ -348,4 +367,33 @@ func (s *workerSet) target(worker string, rank uint32) (target, bool) {
 		return target{}, false
 	}
 	return target{worker: worker, address: a.address, rank: rank, multiRank: a.ranks > 1}, true
+}
+
+// withFallbacks returns t with the scheduler's fallbacks that can take
+// the same request unchanged: none when t needs a DP-rank header (another
+// worker would get that rank too), and only single-rank workers at
+// another address.
+func (s *workerSet) withFallbacks(t target, fbs []sched.RankRef) target {
+	if t.multiRank || len(fbs) == 0 {
+		return t
+	}
+	for _, f := range fbs {
+		ft, ok := s.target(f.Worker, f.Rank)
+		if ok && !ft.multiRank && ft.address != t.address {
+			t.fallbacks = append(t.fallbacks, ft)
+		}
+	}
+	return t
+}
+
+// allowed returns the IDs of the workers the subset admits, in the set's
+// order; none when it admits no worker of the set.
+func (s *workerSet) allowed(sub *subset) []string {
+	var ids []string
+	for _, w := range s.sched {
+		if sub.admits(s.byID[w.ID].ap) {
+			ids = append(ids, w.ID)
+		}
+	}
+	return ids
 }

@@ -54,6 +54,9 @@ func validateConfig(cfg *Config) error {
 			errs = append(errs, fmt.Errorf("sched: selection %s must be finite and >= 0", f.name))
 		}
 	}
+	if cfg.Fallbacks < 0 || cfg.Fallbacks > MaxFallbacks {
+		errs = append(errs, fmt.Errorf("sched: fallbacks %d must be in [0, %d]", cfg.Fallbacks, MaxFallbacks))
+	}
 	errs = append(errs, validateFairness(&cfg.Fairness))
 	return errors.Join(errs...)
 }

@@ -463,7 +463,7 @@ func TestSelect_Softmax(t *testing.T) {
 	const n = 20000
 	got := map[string]float64{}
 	for range n {
-		got[h.s.pick("m", nil, nil, 1).key.worker]++
+		got[h.s.pick(need{model: "m"}, nil, 1).key.worker]++
 	}
 	z := 1 + math.Exp(-0.5) + math.Exp(-1)
 	want := map[string]float64{"a": 1 / z, "b": math.Exp(-0.5) / z, "c": math.Exp(-1) / z}
@@ -476,7 +476,7 @@ func TestSelect_Softmax(t *testing.T) {
 	h.s.byID["b"].ranks[0].blocks, h.s.byID["c"].ranks[0].blocks = 0, 0
 	clear(got)
 	for range n {
-		got[h.s.pick("m", nil, nil, 1).key.worker]++
+		got[h.s.pick(need{model: "m"}, nil, 1).key.worker]++
 	}
 	for _, w := range []string{"a", "b", "c"} {
 		if math.Abs(got[w]/n-1.0/3) > 0.015 {

@@ -185,11 +185,11 @@ func (s *Scheduler) saturated(r *rankState) bool {
 	return waiting > uint64(c.WaitingThreshold) || (c.KVThreshold > 0 && r.eng.kv > c.KVThreshold)
 }
 
-// anyUnsaturated reports whether some rank eligible for model and taints is
-// not saturated; selection avoids saturated ranks only then.
-func (s *Scheduler) anyUnsaturated(model string, taints []string) bool {
+// anyUnsaturated reports whether some rank eligible for need n is not
+// saturated; selection avoids saturated ranks only then.
+func (s *Scheduler) anyUnsaturated(n need) bool {
 	for _, w := range s.workers {
-		if !w.eligible(model, taints) {
+		if !w.eligible(n) {
 			continue
 		}
 		for _, r := range w.ranks {

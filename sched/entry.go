@@ -61,8 +61,12 @@ type entry struct {
 	prev, next *entry
 	// peer links a queued preemptor and its in-flight victim both ways.
 	peer *entry
-	// taints and cachedTokens are reusable copies of the request's
-	// RequiredTaints and Cached.
+	// taints, allowed and cachedTokens are reusable copies of the
+	// request's RequiredTaints, AllowedWorkers and Cached.
 	taints       []string
+	allowed      []string
 	cachedTokens []CachedTokens
 }
+
+// need is what e asks of a worker.
+func (e *entry) need() need { return need{model: e.model, taints: e.taints, allowed: e.allowed} }

@@ -14,6 +14,10 @@ type Scheduler struct {
 	blockSize uint64
 	sel       SelectionConfig
 	rnd       *rand.Rand
+	// fb backs the Fallbacks of the current call's actions (fallback.go).
+	fb []RankRef
+	// fbCost holds the costs of the fallbacks being chosen.
+	fbCost    []float64
 	origin    time.Time
 	originSet bool
 	draining  bool
@@ -199,12 +203,12 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 	)
 	if r.Pin != nil {
 		pinned = r.Pin.Worker
-		e.rank, rankNo, fault = s.resolvePin(r.Model, e.taints, *r.Pin)
+		e.rank, rankNo, fault = s.resolvePin(e.need(), *r.Pin)
 		if fault == pinOK {
 			e.lane = laneKey{worker: pinned, rank: rankNo}
 		}
 	} else {
-		eligible = s.anyEligible(r.Model, e.taints)
+		eligible = s.anyEligible(e.need())
 	}
 	s.classify(e, &r, profile, pinned, t)
 	c := &profile.Classes[e.class]
@@ -217,7 +221,7 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 		s.rejectArrival(e, r.Model, c.Name, OutcomePinInvalid, s.pinMessage(pinned, rankNo, fault))
 		return s.actions
 	case !eligible && !backlog:
-		s.rejectArrival(e, r.Model, c.Name, OutcomeNoEndpoints, s.noEndpointsMessage(r.Model, e.taints))
+		s.rejectArrival(e, r.Model, c.Name, OutcomeNoEndpoints, s.noEndpointsMessage(e.need()))
 		return s.actions
 	}
 	if mq == nil {
@@ -366,10 +370,10 @@ func (s *Scheduler) SetWorkers(now time.Time, workers []Worker) []Action {
 		for e := s.wait[p].head; e != nil; {
 			next := e.next
 			if !e.lane.exact() {
-				s.markUnservable(e, !s.anyEligible(e.model, e.taints))
+				s.markUnservable(e, !s.anyEligible(e.need()))
 			} else {
 				pin := Pin{Worker: e.lane.worker, Rank: e.lane.rank, HasRank: true}
-				r, _, fault := s.resolvePin(e.model, e.taints, pin)
+				r, _, fault := s.resolvePin(e.need(), pin)
 				if fault == pinOK {
 					e.rank = r
 				} else {
@@ -503,7 +507,7 @@ func (s *Scheduler) isDispatchable(e *entry) bool {
 func (s *Scheduler) admit(e *entry, queued bool, t instant) {
 	r := s.choose(e)
 	if r == nil {
-		msg := s.noEndpointsMessage(e.model, e.taints)
+		msg := s.noEndpointsMessage(e.need())
 		s.finish(e, OutcomeNoEndpoints, queued, t).Message = msg
 		return
 	}
@@ -516,6 +520,9 @@ func (s *Scheduler) admit(e *entry, queued bool, t instant) {
 	}
 	a := s.emit(ActionDispatch, e, OutcomeAdmitted)
 	a.Worker, a.Rank = r.key.worker, r.key.rank
+	if s.cfg.Fallbacks > 0 && !e.lane.exact() {
+		a.Fallbacks = s.fallbacks(e, r)
+	}
 	if queued {
 		a.Queued, a.Wait = true, t-e.enq
 	}
@@ -605,6 +612,7 @@ func (s *Scheduler) newEntry(r *Request, t instant) *entry {
 	e.isl = r.ISL
 	e.enq = t
 	e.taints = append(e.taints[:0], r.RequiredTaints...)
+	e.allowed = append(e.allowed[:0], r.AllowedWorkers...)
 	e.cachedTokens = append(e.cachedTokens[:0], r.Cached...)
 	s.entries[r.ID] = e
 	return e
@@ -620,14 +628,18 @@ const maxPooledEntryBuf = 1024
 func (s *Scheduler) recycle(e *entry) {
 	delete(s.entries, e.id)
 	clear(e.taints)
-	taints, cached := e.taints[:0], e.cachedTokens[:0]
+	clear(e.allowed)
+	taints, allowed, cached := e.taints[:0], e.allowed[:0], e.cachedTokens[:0]
 	clear(cached[:cap(cached)])
 	if cap(taints) > maxPooledEntryBuf {
 		taints = nil
 	}
+	if cap(allowed) > maxPooledEntryBuf {
+		allowed = nil
+	}
 	if cap(cached) > maxPooledEntryBuf {
 		cached = nil
 	}
-	*e = entry{taints: taints, cachedTokens: cached, next: s.pool}
+	*e = entry{taints: taints, allowed: allowed, cachedTokens: cached, next: s.pool}
 	s.pool = e
 }

@@ -498,7 +498,7 @@ func simInvariants(s *Scheduler) error {
 		switch e.state {
 		case stateQueued:
 			queued[e.prio]++
-			if want := !e.lane.exact() && !s.anyEligible(e.model, e.taints); want != (e.flags&flagUnservable != 0) {
+			if want := !e.lane.exact() && !s.anyEligible(e.need()); want != (e.flags&flagUnservable != 0) {
 				return fmt.Errorf("queued entry %d: unservable flag %v, want %v", id, !want, want)
 			} else if want {
 				unservable++

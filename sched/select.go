@@ -39,22 +39,22 @@ func (s *Scheduler) choose(e *entry) *rankState {
 	if e.lane.exact() {
 		return e.rank
 	}
-	return s.pick(e.model, e.taints, e, s.sel.Temperature)
+	return s.pick(e.need(), e, s.sel.Temperature)
 }
 
-// pick runs the cost function over the ranks eligible for model and taints.
-// e supplies the prompt and cache hits; nil means an empty prompt (Route).
+// pick runs the cost function over the ranks eligible for need n. e
+// supplies the prompt and cache hits; nil means an empty prompt (Route).
 // temperature > 0 samples the softmax instead of taking the lowest cost.
-func (s *Scheduler) pick(model string, taints []string, e *entry, temperature float64) *rankState {
+func (s *Scheduler) pick(n need, e *entry, temperature float64) *rankState {
 	var (
 		best     *rankState
 		bestCost float64
 		ties     int
 	)
 	s.cands, s.costs = s.cands[:0], s.costs[:0]
-	avoid := s.cfg.Engine.Saturation && s.engineOn() && s.anyUnsaturated(model, taints)
+	avoid := s.cfg.Engine.Saturation && s.engineOn() && s.anyUnsaturated(n)
 	for _, w := range s.workers {
-		if !w.eligible(model, taints) {
+		if !w.eligible(n) {
 			continue
 		}
 		var isl, cached uint64
@@ -122,7 +122,13 @@ func (s *Scheduler) sample(temperature float64) *rankState {
 // empty prompt, ties broken at random. It books nothing. ok is false when no
 // worker serves model.
 func (s *Scheduler) Route(model string) (worker string, rank uint32, ok bool) {
-	r := s.pick(model, nil, nil, 0)
+	return s.RouteIn(model, nil)
+}
+
+// RouteIn is Route restricted to the workers in allowed (every worker when
+// allowed is empty), as Request.AllowedWorkers restricts a request.
+func (s *Scheduler) RouteIn(model string, allowed []string) (worker string, rank uint32, ok bool) {
+	r := s.pick(need{model: model, allowed: allowed}, nil, 0)
 	if r == nil {
 		return "", 0, false
 	}

@@ -80,6 +80,11 @@ type Request struct {
 	Pin *Pin
 	// RequiredTaints must all be carried by an eligible worker.
 	RequiredTaints []string
+	// AllowedWorkers, when not empty, restricts the eligible workers to
+	// the listed IDs (the data plane's endpoint subset); an ID outside the
+	// worker set is ignored. Empty means every worker. The scheduler copies
+	// it.
+	AllowedWorkers []string
 	// FairnessKey names the request's flow inside its lane when
 	// Config.Fairness is enabled (the tenant or fairness-id); ignored
 	// otherwise. The scheduler keeps a reference while the request is
@@ -200,7 +205,21 @@ type Action struct {
 	ISL      uint64
 	Cached   uint64
 	Uncached uint64
+	// Fallbacks are, for an unpinned dispatch with Config.Fallbacks > 0,
+	// the next-best eligible workers by the same selection cost (each at
+	// its cheapest rank), best first, none of them Worker. The slice is
+	// the scheduler's: it is valid until the scheduler's next call.
+	Fallbacks []RankRef
 }
+
+// RankRef names one DP rank of one worker.
+type RankRef struct {
+	Worker string
+	Rank   uint32
+}
+
+// MaxFallbacks bounds Config.Fallbacks.
+const MaxFallbacks = 8
 
 // SelectionConfig tunes worker selection (Dynamo's cost function).
 type SelectionConfig struct {
@@ -233,6 +252,9 @@ type Config struct {
 	Engine EngineConfig
 	// Rand breaks selection ties; nil means a fixed seed.
 	Rand *rand.Rand
+	// Fallbacks is how many next-best workers a dispatch names besides
+	// its own (Action.Fallbacks), at most MaxFallbacks; 0 names none.
+	Fallbacks int
 	// Start is the scheduler's start time, the origin of FCFS scores.
 	Start time.Time
 	// Fairness turns on flows inside lanes (fair share between the keys

@@ -75,10 +75,30 @@ func (w *workerState) carries(required []string) bool {
 	return true
 }
 
-// eligible reports whether w may serve an unpinned request for model with
-// the required taints.
-func (w *workerState) eligible(model string, taints []string) bool {
-	return w.serves(model) && w.carries(taints)
+// need is what a request asks of a worker: its model, the taints it
+// requires and, when not empty, the worker IDs it allows.
+type need struct {
+	model   string
+	taints  []string
+	allowed []string
+}
+
+// allows reports whether the request's subset admits worker id.
+func (n need) allows(id string) bool {
+	if len(n.allowed) == 0 {
+		return true
+	}
+	for _, a := range n.allowed {
+		if a == id {
+			return true
+		}
+	}
+	return false
+}
+
+// eligible reports whether w may serve an unpinned request with need n.
+func (w *workerState) eligible(n need) bool {
+	return w.serves(n.model) && w.carries(n.taints) && n.allows(w.id)
 }
 
 // rankState is the load booked on one (worker, DP rank).
@@ -168,11 +188,11 @@ func (s *Scheduler) installWorkers(list []Worker) {
 	}
 }
 
-// anyEligible reports whether some worker may serve an unpinned request for
-// model with the required taints.
-func (s *Scheduler) anyEligible(model string, taints []string) bool {
+// anyEligible reports whether some worker may serve an unpinned request
+// with need n.
+func (s *Scheduler) anyEligible(n need) bool {
 	for _, w := range s.workers {
-		if w.eligible(model, taints) {
+		if w.eligible(n) {
 			return true
 		}
 	}
@@ -202,13 +222,13 @@ func (s *Scheduler) workerGate(e *entry) (open, eligible bool) {
 	if e.lane.exact() {
 		return !c.Queues() || !s.busy(e.rank, c), true
 	}
-	model := e.model
+	nd := e.need()
 	if !c.Queues() {
-		return true, s.anyEligible(model, e.taints)
+		return true, s.anyEligible(nd)
 	}
 	var n, busy int
 	for _, w := range s.workers {
-		if !w.eligible(model, e.taints) {
+		if !w.eligible(nd) {
 			continue
 		}
 		for _, r := range w.ranks {
@@ -247,17 +267,20 @@ const (
 	// pinUnknown: no rank given and the worker is unknown (or does not
 	// serve the model); answered as unavailable, not as a missing rank.
 	pinUnknown
+	// pinOutsideSubset: the worker is not in the request's endpoint subset.
+	pinOutsideSubset
 )
 
-// resolvePin resolves and validates a pin for a request on model with the
-// required taints, in Dynamo's order: rank resolution (an explicit rank as
-// given, else the worker's only rank), known worker, DP bounds, taints. A
+// resolvePin resolves and validates a pin for a request with need n, in
+// Dynamo's order: rank resolution (an explicit rank as given, else the
+// worker's only rank), known worker, DP bounds, taints, then the endpoint
+// subset. A
 // worker that does not serve the model counts as unknown: it is not in that
 // model's worker set. It returns the pinned rank and the resolved rank
 // number.
-func (s *Scheduler) resolvePin(model string, taints []string, p Pin) (*rankState, uint32, pinFault) {
+func (s *Scheduler) resolvePin(n need, p Pin) (*rankState, uint32, pinFault) {
 	w := s.byID[p.Worker]
-	if w != nil && (!w.serves(model) || p.Worker == "") {
+	if w != nil && (!w.serves(n.model) || p.Worker == "") {
 		// The empty id names no exact lane (laneKey.exact), so a pin to it
 		// could not be honoured.
 		w = nil
@@ -276,8 +299,10 @@ func (s *Scheduler) resolvePin(model string, taints []string, p Pin) (*rankState
 		return nil, p.Rank, pinUnavailable
 	case p.Rank < w.dpStart || uint64(p.Rank-w.dpStart) >= uint64(len(w.ranks)):
 		return nil, p.Rank, pinOutOfRange
-	case !w.carries(taints):
+	case !w.carries(n.taints):
 		return nil, p.Rank, pinConstraints
+	case !n.allows(w.id):
+		return nil, p.Rank, pinOutsideSubset
 	}
 	return w.ranks[p.Rank-w.dpStart], p.Rank, pinOK
 }
@@ -296,6 +321,8 @@ func (s *Scheduler) pinMessage(id string, rank uint32, f pinFault) string {
 		reason = fmt.Sprintf("worker %s dp_rank %d is outside [%d, %d)", id, rank, w.dpStart, uint64(w.dpStart)+uint64(len(w.ranks)))
 	case pinConstraints:
 		reason = fmt.Sprintf("worker %s does not satisfy routing constraints", id)
+	case pinOutsideSubset:
+		reason = fmt.Sprintf("worker %s is outside the request's endpoint subset", id)
 	default:
 		reason = fmt.Sprintf("worker %s is unavailable", id)
 	}
@@ -303,16 +330,24 @@ func (s *Scheduler) pinMessage(id string, rank uint32, f pinFault) string {
 }
 
 // noEndpointsMessage explains why no worker is eligible for an unpinned
-// request on model with the required taints. It does not repeat the model
-// name, which the client chose and the action carries.
-func (s *Scheduler) noEndpointsMessage(model string, taints []string) string {
+// request with need n. It does not repeat the model name, which the client
+// chose and the action carries.
+func (s *Scheduler) noEndpointsMessage(n need) string {
 	const prefix = "no endpoints available to route work: "
+	serving, carrying := false, false
 	for _, w := range s.workers {
-		if w.serves(model) {
-			return fmt.Sprintf(prefix+"no ready worker serving the model carries the required taints %q", taints)
+		if w.serves(n.model) {
+			serving = true
+			carrying = carrying || w.carries(n.taints)
 		}
 	}
-	return prefix + "no ready worker serves the model"
+	switch {
+	case !serving:
+		return prefix + "no ready worker serves the model"
+	case !carrying:
+		return fmt.Sprintf(prefix+"no ready worker serving the model carries the required taints %q", n.taints)
+	}
+	return prefix + "no ready worker in the request's endpoint subset serves the model"
 }
 
 // cachedOn returns e's prefix-cache hit on worker id (0 when not listed).
@@ -335,7 +370,7 @@ func (s *Scheduler) snapshotCached(e *entry, model string, pinned string) uint64
 	var best uint64
 	for _, c := range e.cachedTokens {
 		if c.Tokens > best {
-			if w := s.byID[c.Worker]; w != nil && w.eligible(model, e.taints) {
+			if w := s.byID[c.Worker]; w != nil && w.eligible(need{model: model, taints: e.taints, allowed: e.allowed}) {
 				best = c.Tokens
 			}
 		}

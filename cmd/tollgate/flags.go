@@ -69,6 +69,7 @@ type options struct {
 	engine    engineOptions
 	kvEvents  kvEventsOptions
 	fairness  fairnessOptions
+	picker    pickerOptions
 }
 
 // stringList is a repeatable string flag.
@@ -151,6 +152,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	registerEngineFlags(fs, &o.engine)
 	registerKVEventsFlags(fs, &o.kvEvents)
 	registerFairnessFlags(fs, &o.fairness)
+	registerPickerFlags(fs, &o.picker)
 	return fs
 }
 
@@ -259,6 +261,7 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	cfg.Sched = sc
 	cfg.EngineMetrics = em
 	add(o.fairness.apply(&cfg))
+	add(o.picker.apply(&cfg))
 
 	ten, err := o.tenancy(pf)
 	add(err)
@@ -286,6 +289,9 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 		} else {
 			st.warnings = append(st.warnings, "no workers: "+o.workersFile+" lists none; every inference request is answered 503 until it does")
 		}
+	}
+	if o.picker.testEndpointSelection {
+		st.warnings = append(st.warnings, "--test-endpoint-selection is on: any client can choose its worker with the test-epp-endpoint-selection header; use it for conformance tests only")
 	}
 	return st, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -86,6 +87,8 @@ type options struct {
 	// deadWorker gives tollgate a worker address nothing listens on, so
 	// every routed request meets Envoy's connect-failure 503.
 	deadWorker bool
+	// deadWorkers does the same for the workers of these indexes only.
+	deadWorkers []int
 	// anyModel lists the workers without a model, so that tollgate routes
 	// every name to them (the default of Kubernetes discovery).
 	anyModel bool
@@ -141,7 +144,7 @@ func newStack(t *testing.T, o options) *stack {
 		w := mockworker.Start(t, wc)
 		st.workers = append(st.workers, w)
 		addr := w.Addr()
-		if o.deadWorker {
+		if o.deadWorker || slices.Contains(o.deadWorkers, i) {
 			addr = deadAddress(t)
 		}
 		ew := extproc.Worker{ID: wc.ID, Address: addr, MaxRunningRequests: o.maxRunning, Model: model}

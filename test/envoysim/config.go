@@ -137,6 +137,11 @@ type Config struct {
 	// request_header_mode SKIP, BUFFERED_PARTIAL, GRPC and a
 	// FULL_DUPLEX_STREAMED response body are not modelled and rejected.
 	Mode *extprocfilterv3.ProcessingMode
+	// OmitProtocolConfig sends no protocol_config, as Envoy releases
+	// before 1.34 do (ext_proc.cc:1135-1147 came with 1.34): the server
+	// must know the body modes from its own configuration. Only the
+	// protocol_config field is affected; other behaviour follows Version.
+	OmitProtocolConfig bool
 	// SendBodyWithoutWaitingForHeaderResponse is the processing mode flag
 	// of that name: in a STREAMED direction, body chunks go to the server
 	// while the headers message is outstanding, each restarting the
@@ -223,6 +228,15 @@ type Route struct {
 	// MetadataKey is the single metadata_key.path element. Empty means
 	// metadata is not consulted.
 	MetadataKey string
+	// Fallbacks reads the chosen value as the endpoint picker protocol's
+	// list, "IP:port,IP:port,...", first preferred, and retries the next
+	// endpoint when connecting fails (override_host with retry_on:
+	// connect-failure). Off, a list is an invalid host, as in ORIGINAL_DST.
+	Fallbacks bool
+	// ReportServed sends, in metadata_context of every response-direction
+	// message, envoy.lb/x-gateway-destination-endpoint-served: the
+	// endpoint that served the request, as the protocol's data plane must.
+	ReportServed bool
 }
 
 // settings is a validated Config with every default applied.
@@ -238,6 +252,7 @@ type settings struct {
 	responseTrailerSend bool
 
 	early             bool
+	omitProtocol      bool
 	messageTimeout    time.Duration
 	maxMessageTimeout time.Duration
 	failureModeAllow  bool
@@ -258,6 +273,8 @@ type settings struct {
 	useHeader        bool
 	metadataNS       string
 	metadataKey      string
+	fallbacks        bool
+	reportServed     bool
 	connectTimeout   time.Duration
 	maxRequestBodyIn int64
 }
@@ -281,6 +298,7 @@ func (c *Config) resolve() (*settings, error) {
 		addr:              c.ExtProcAddr,
 		dialOptions:       c.DialOptions,
 		early:             c.SendBodyWithoutWaitingForHeaderResponse,
+		omitProtocol:      c.OmitProtocolConfig,
 		messageTimeout:    orDefault(c.MessageTimeout, DefaultMessageTimeout),
 		maxMessageTimeout: c.MaxMessageTimeout,
 		failureModeAllow:  c.FailureModeAllow,
@@ -300,6 +318,8 @@ func (c *Config) resolve() (*settings, error) {
 		useHeader:         !c.Route.IgnoreHeader,
 		metadataNS:        orDefault(c.Route.MetadataNamespace, DefaultMetadataNamespace),
 		metadataKey:       c.Route.MetadataKey,
+		fallbacks:         c.Route.Fallbacks,
+		reportServed:      c.Route.ReportServed,
 		connectTimeout:    orDefault(c.ConnectTimeout, DefaultConnectTimeout),
 		maxRequestBodyIn:  orDefault(c.MaxRequestBodyBytes, DefaultMaxRequestBodyBytes),
 	}

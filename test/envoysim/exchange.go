@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/status"
@@ -76,7 +78,9 @@ type exchange struct {
 
 	up       *upstreamCall
 	endpoint string
-	upstream *UpstreamRequest
+	// retryHosts are the fallback endpoints not tried yet (Route.Fallbacks).
+	retryHosts []string
+	upstream   *UpstreamRequest
 
 	committed bool // response headers reached the client
 	finished  bool
@@ -228,6 +232,22 @@ func (x *exchange) openStream() bool {
 func (x *exchange) send(m *extprocv3.ProcessingRequest, timed bool) {
 	if x.ss == nil {
 		return
+	}
+	if len(x.req.MetadataContext) > 0 {
+		m.MetadataContext = &corev3.Metadata{FilterMetadata: x.req.MetadataContext}
+	}
+	if x.cfg.reportServed && x.endpoint != "" && isResponseMessage(m) {
+		fm := maps.Clone(m.GetMetadataContext().GetFilterMetadata())
+		if fm == nil {
+			fm = map[string]*structpb.Struct{}
+		}
+		fm[DefaultMetadataNamespace] = &structpb.Struct{Fields: map[string]*structpb.Value{
+			servedKey: structpb.NewStringValue(x.endpoint),
+		}}
+		m.MetadataContext = &corev3.Metadata{FilterMetadata: fm}
+	}
+	if !x.sentFirst && x.cfg.omitProtocol {
+		x.sentFirst = true
 	}
 	if !x.sentFirst {
 		m.ProtocolConfig = &extprocv3.ProtocolConfiguration{
@@ -737,4 +757,16 @@ func (x *exchange) response(c *collector) *Response {
 		Metadata:   x.metadata,
 		Timings:    x.res.timings,
 	}
+}
+
+// servedKey is the endpoint picker protocol's served-endpoint key.
+const servedKey = "x-gateway-destination-endpoint-served"
+
+// isResponseMessage reports a response-direction message.
+func isResponseMessage(m *extprocv3.ProcessingRequest) bool {
+	switch m.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_ResponseHeaders, *extprocv3.ProcessingRequest_ResponseBody, *extprocv3.ProcessingRequest_ResponseTrailers:
+		return true
+	}
+	return false
 }

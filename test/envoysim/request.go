@@ -40,6 +40,12 @@ type Request struct {
 	// LocalAddr is the listener address for destination.* attributes.
 	// Defaults to "127.0.0.1:10000".
 	LocalAddr string
+	// MetadataContext is the request's filter metadata that Envoy forwards
+	// to the server in metadata_context of every message
+	// (metadata_options.forwarding_namespaces), by namespace; a gateway
+	// puts the endpoint picker's subset hint (envoy.lb.subset_hint) here.
+	// Nil sends none.
+	MetadataContext map[string]*structpb.Struct
 	// Close overrides Config.Close for this request.
 	Close CloseStyle
 	// DisconnectAt, if set, is called at every Stage; returning true makes

@@ -35,12 +35,40 @@ func (x *exchange) destination() (string, bool) {
 		}
 	}
 	for _, c := range candidates {
-		if ap, err := netip.ParseAddrPort(c); err == nil && ap.Addr().Zone() == "" {
+		if x.cfg.fallbacks {
+			var rest []string
+			for _, e := range strings.Split(c, ",") {
+				if ap, err := netip.ParseAddrPort(strings.TrimSpace(e)); err == nil && ap.Addr().Zone() == "" {
+					rest = append(rest, ap.String())
+				}
+			}
+			if len(rest) > 0 {
+				x.retryHosts = rest[1:]
+				return rest[0], true
+			}
+		} else if ap, err := netip.ParseAddrPort(c); err == nil && ap.Addr().Zone() == "" {
 			return ap.String(), true
 		}
 		x.sim.stats.inc(statOriginalDstHostInvalid)
 	}
 	return "", false
+}
+
+// retryUpstream retries the next fallback endpoint after a connect
+// failure (Route.Fallbacks). It reports whether it did.
+func (x *exchange) retryUpstream(ev upstreamEvent) bool {
+	var op *net.OpError
+	if ev.started || len(x.retryHosts) == 0 || !errors.As(ev.err, &op) || op.Op != "dial" {
+		return false
+	}
+	x.stopUpstream()
+	x.sim.stats.inc(statUpstreamResets)
+	addr := x.retryHosts[0]
+	x.retryHosts = x.retryHosts[1:]
+	x.endpoint = addr
+	x.sim.stats.inc(statUpstreamRequests)
+	x.up = x.sim.startUpstream(x.upstreamRequest(addr))
+	return true
 }
 
 // route picks the upstream host and starts the upstream request, or answers
@@ -227,6 +255,9 @@ func (x *exchange) onUpstreamEvent(ev upstreamEvent) {
 	case upEnd:
 		x.encodeEnd(headerMapFromHTTP(ev.trailer))
 	case upFailed:
+		if x.retryUpstream(ev) {
+			return
+		}
 		x.upstreamFailed(ev)
 	}
 	if ev.kind != upData || ev.eos {

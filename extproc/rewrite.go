@@ -1,0 +1,213 @@
+package extproc
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/tollgate/tollgate/extproc/openai"
+)
+
+// MaxModelRewrites bounds the static rewrite table.
+const MaxModelRewrites = 1024
+
+// MaxRewriteWeight bounds the weight of one rewrite target.
+const MaxRewriteWeight = 10000
+
+// RewriteTarget is one model a rewrite sends requests to, with its share
+// of the rewrite's requests (weight over the sum of the targets' weights).
+type RewriteTarget struct {
+	Model  string
+	Weight uint32
+}
+
+// ParseModelRewrite parses one --model-rewrite value: FROM=TO, or weighted
+// targets FROM=TO*WEIGHT,TO*WEIGHT,... (a missing weight is 1), as an
+// InferenceModelRewrite rule splits traffic.
+func ParseModelRewrite(s string) (from string, targets []RewriteTarget, err error) {
+	bad := fmt.Errorf("invalid model rewrite %q: want FROM=TO or FROM=TO*WEIGHT,TO*WEIGHT,..., names of 1 to %d bytes, weights 1 to %d",
+		s, openai.MaxModelNameBytes, MaxRewriteWeight)
+	from, list, ok := strings.Cut(s, "=")
+	from = strings.TrimSpace(from)
+	if !ok || from == "" || len(from) > openai.MaxModelNameBytes {
+		return "", nil, bad
+	}
+	for t := range strings.SplitSeq(list, ",") {
+		name, w, weighted := strings.Cut(t, "*")
+		name = strings.TrimSpace(name)
+		weight := uint64(1)
+		if weighted {
+			if weight, err = strconv.ParseUint(strings.TrimSpace(w), 10, 32); err != nil {
+				return "", nil, bad
+			}
+		}
+		if name == "" || len(name) > openai.MaxModelNameBytes || weight < 1 || weight > MaxRewriteWeight {
+			return "", nil, bad
+		}
+		targets = append(targets, RewriteTarget{Model: name, Weight: uint32(weight)})
+	}
+	return from, targets, nil
+}
+
+// validRewrites reports the first invalid entry of a rewrite table.
+func validRewrites(table map[string][]RewriteTarget) error {
+	if len(table) > MaxModelRewrites {
+		return fmt.Errorf("%d model rewrites exceed %d", len(table), MaxModelRewrites)
+	}
+	for from, ts := range table {
+		if from == "" || len(ts) == 0 {
+			return fmt.Errorf("model rewrite of %q has no target", from)
+		}
+		for _, t := range ts {
+			if t.Model == "" || t.Weight < 1 || t.Weight > MaxRewriteWeight {
+				return fmt.Errorf("model rewrite of %q: target %q weight %d: want a name and a weight from 1 to %d", from, t.Model, t.Weight, MaxRewriteWeight)
+			}
+		}
+	}
+	return nil
+}
+
+// pickTarget chooses a target with probability weight/total; draw(n)
+// returns a uniform number in [0, n).
+func pickTarget(ts []RewriteTarget, draw func(uint64) uint64) string {
+	if len(ts) == 1 {
+		return ts[0].Model
+	}
+	var total uint64
+	for _, t := range ts {
+		total += uint64(t.Weight)
+	}
+	r := draw(total)
+	for _, t := range ts {
+		if r < uint64(t.Weight) {
+			return t.Model
+		}
+		r -= uint64(t.Weight)
+	}
+	return ts[len(ts)-1].Model
+}
+
+// rewriteModel returns body with its top-level "model" replaced by one of
+// the table's targets (chosen by weight with draw), and whether it
+// changed. Other fields are kept as they were sent (their order may
+// change). A body that is not a JSON object, or names a model outside the
+// table, is left alone.
+func rewriteModel(body []byte, table map[string][]RewriteTarget, draw func(uint64) uint64) ([]byte, bool) {
+	if len(table) == 0 || len(body) == 0 {
+		return nil, false
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return nil, false
+	}
+	var model string
+	if json.Unmarshal(fields["model"], &model) != nil {
+		return nil, false
+	}
+	ts, ok := table[model]
+	if !ok {
+		return nil, false
+	}
+	to := pickTarget(ts, draw)
+	if to == model {
+		return nil, false
+	}
+	v, err := json.Marshal(to)
+	if err != nil {
+		return nil, false
+	}
+	fields["model"] = v
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return nil, false
+	}
+	return out, true
+}
+
+// rewrite applies the static model rewrite table to the request body when
+// the body mode lets tollgate replace it: BUFFERED (and a complete
+// BUFFERED_PARTIAL body), STREAMED with the chunks held, and
+// FULL_DUPLEX_STREAMED. The rewritten body is what tollgate prices and
+// routes; it goes to Envoy with the route.
+func (x *exchange) rewrite() {
+	if x.headersOnly || len(x.cfg.ModelRewrites) == 0 {
+		return
+	}
+	if out, ok := rewriteModel(x.body, x.cfg.ModelRewrites, rand.Uint64N); ok {
+		x.rewrittenFrom, x.rewrittenTo = modelOf(x.body), modelOf(out)
+		x.log.Debug("model rewritten", "request", x.id, "from", x.rewrittenFrom, "to", x.rewrittenTo)
+		x.body, x.newBody = out, out
+	}
+}
+
+// restoresModel reports whether response bodies get the client's model
+// name back: the request was rewritten and the response body mode lets
+// tollgate replace chunks (STREAMED or FULL_DUPLEX_STREAMED). Envoy drops
+// the response's Content-Length in those modes, since chunks may change
+// length, so the client reads the body to its end.
+func (x *exchange) restoresModel() bool {
+	return x.rewrittenTo != "" && (x.respMode == extprocfilterv3.ProcessingMode_STREAMED ||
+		x.respMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
+}
+
+// restoreModel puts the client's model name back into one response chunk,
+// as the peers do: "model":"TO" (with or without a blank after the colon)
+// becomes "model":"FROM". A name split across two chunks is left as it is.
+func (x *exchange) restoreModel(chunk []byte) []byte {
+	if !x.restoresModel() {
+		return chunk
+	}
+	out := chunk
+	for _, sep := range []string{`":"`, `": "`} {
+		out = bytes.ReplaceAll(out, []byte(`"model`+sep+x.rewrittenTo+`"`), []byte(`"model`+sep+x.rewrittenFrom+`"`))
+	}
+	return out
+}
+
+// streamedResponseChunk answers one STREAMED response chunk, replacing it
+// when the model name was restored in it.
+func (x *exchange) streamedResponseChunk(chunk []byte) *extprocv3.ProcessingResponse {
+	r := responseBodyReply()
+	if out := x.restoreModel(chunk); !bytes.Equal(out, chunk) {
+		r.GetResponseBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
+	}
+	return r
+}
+
+// bufferedBodyReply answers a BUFFERED body: the route, and the rewritten
+// body with its Content-Length when there is one (Envoy checks that they
+// agree).
+func (x *exchange) bufferedBodyReply(mut *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	r := requestBodyReply(mut)
+	if x.newBody == nil {
+		return r
+	}
+	if mut == nil {
+		mut = &extprocv3.HeaderMutation{}
+		r.GetRequestBody().Response.HeaderMutation = mut
+	}
+	mut.SetHeaders = append(mut.SetHeaders, setHeader("content-length", fmt.Sprint(len(x.newBody))))
+	sortHeaders(mut.SetHeaders)
+	r.GetRequestBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: x.newBody}}
+	return r
+}
+
+// streamedChunkReply answers one held STREAMED chunk: with a rewritten
+// body, the first chunk carries all of it and the others are cleared.
+func (x *exchange) streamedChunkReply(first bool) *extprocv3.ProcessingResponse {
+	r := requestBodyReply(nil)
+	switch {
+	case x.newBody == nil:
+	case first:
+		r.GetRequestBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: x.newBody}}
+	default:
+		r.GetRequestBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+	}
+	return r
+}

@@ -1,0 +1,88 @@
+package extproc
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestRewriteModel(t *testing.T) {
+	table := map[string][]RewriteTarget{"alias": {{"llama-3-8b", 1}}, "same": {{"same", 1}}}
+	for _, c := range []struct {
+		name, in, want string
+		changed        bool
+	}{
+		{"rewritten, other fields kept", `{"model":"alias","n":1.50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			`{"messages":[{"role":"user","content":"hi"}],"model":"llama-3-8b","n":1.50,"stream":true}`, true},
+		{"outside the table", `{"model":"other"}`, "", false},
+		{"rewritten to itself", `{"model":"same"}`, "", false},
+		{"no model", `{"prompt":"x"}`, "", false},
+		{"model not a string", `{"model":7}`, "", false},
+		{"not an object", `["alias"]`, "", false},
+		{"truncated", `{"model":"alias","prompt":"x`, "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, ok := rewriteModel([]byte(c.in), table, func(uint64) uint64 { return 0 })
+			if ok != c.changed || string(out) != c.want {
+				t.Fatalf("rewriteModel = %s %v, want %s %v", out, ok, c.want, c.changed)
+			}
+		})
+	}
+}
+
+func TestParseModelRewrite(t *testing.T) {
+	for in, want := range map[string][]RewriteTarget{
+		" alias = llama ":          {{"llama", 1}},
+		"alias=llama*3, mistral*1": {{"llama", 3}, {"mistral", 1}},
+		"alias=org/llama:8b*2":     {{"org/llama:8b", 2}},
+	} {
+		from, ts, err := ParseModelRewrite(in)
+		if err != nil || from != "alias" || !cmp.Equal(ts, want) {
+			t.Errorf("%q: %q %v %v, want %v", in, from, ts, err, want)
+		}
+	}
+	for _, bad := range []string{"alias", "=llama", "alias=", "alias=llama,", "alias=llama*0", "alias=llama*x", "alias=llama*10001", strings.Repeat("m", 257) + "=x"} {
+		if _, _, err := ParseModelRewrite(bad); err == nil || !strings.Contains(err.Error(), "want FROM=TO") {
+			t.Errorf("%.20q: %v", bad, err)
+		}
+	}
+	if err := (Config{ModelRewrites: map[string][]RewriteTarget{"a": nil}}).Validate(); err == nil || !strings.Contains(err.Error(), "no target") {
+		t.Errorf("a rewrite without target accepted: %v", err)
+	}
+}
+
+// Weighted targets split requests by weight, as an InferenceModelRewrite
+// rule's targets do (GIE pkg/epp/requestcontrol/director.go:276, applyWeightedModelRewrite, at
+// 1748e829).
+func TestPickTarget(t *testing.T) {
+	ts := []RewriteTarget{{"a", 3}, {"b", 1}, {"c", 6}}
+	got := map[string]int{}
+	for r := range uint64(10) {
+		got[pickTarget(ts, func(n uint64) uint64 {
+			if n != 10 {
+				t.Fatalf("draw over %d, want the weights' sum 10", n)
+			}
+			return r
+		})]++
+	}
+	if want := map[string]int{"a": 3, "b": 1, "c": 6}; !cmp.Equal(got, want) {
+		t.Fatalf("every draw once picks %v, want %v", got, want)
+	}
+}
+
+// The response keeps the client's name (GIE pkg/epp/handlers/server.go:
+// 442-460 at 1748e829, rewriteModelName): both JSON spellings, in
+// STREAMED and FULL_DUPLEX_STREAMED responses only.
+func TestRestoreModel(t *testing.T) {
+	x := &exchange{rewrittenFrom: "alias", rewrittenTo: "llama", respMode: modeStreamed}
+	in := `data: {"model":"llama"}` + "\n\n" + `{"model": "llama","x":"llama"}`
+	want := `data: {"model":"alias"}` + "\n\n" + `{"model": "alias","x":"llama"}`
+	if got := string(x.restoreModel([]byte(in))); got != want {
+		t.Fatalf("restoreModel = %s, want %s", got, want)
+	}
+	x.respMode = modeBuffered
+	if got := string(x.restoreModel([]byte(in))); got != in {
+		t.Fatalf("BUFFERED response changed: %s", got)
+	}
+}
