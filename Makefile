@@ -89,7 +89,7 @@ fuzz:
 
 ## demo: the self-contained demonstration (real server, simulated Envoy and workers).
 demo:
-	$(GO) run ./cmd/tollgate demo
+	$(GO) run ./test/demo/cmd/tollgate-demo
 
 clean:
 	rm -rf $(BIN) demo-out

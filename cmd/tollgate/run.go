@@ -17,7 +17,6 @@ Usage:
   tollgate [serve] [flags]      serve ext_proc (the default)
   tollgate check-config [flags] validate every file and flag, print all problems
   tollgate tokenize [flags]     print the prompt tokens of one request body (stdin)
-  tollgate demo [flags]         run the self-contained demonstration
   tollgate help                 print this text
 
 Run "tollgate serve --help" for the serving flags.
@@ -38,8 +37,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runCheckConfig(args, stdout, stderr)
 	case "tokenize":
 		err = runTokenize(args, stdin, stdout, stderr)
-	case "demo":
-		err = runDemo(ctx, args, stdout, stderr)
 	case "help":
 		_, _ = io.WriteString(stdout, usageText)
 		return 0

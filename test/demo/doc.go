@@ -1,4 +1,5 @@
-// Package demo is `tollgate demo`: a self-contained demonstration of what
+// Package demo is the demonstration `make demo` runs (command
+// test/demo/cmd/tollgate-demo): a self-contained demonstration of what
 // tollgate is for. It runs the real ext_proc server (package extproc) with
 // the real scheduler, a simulated Envoy (test/envoysim) in front of it and
 // simulated vLLM workers (test/mockworker) behind it, all on loopback, and
@@ -40,7 +41,10 @@
 //
 // The configuration files are read from disk with the same loaders the
 // serving command uses, exactly as a user would pass them with
-// --router-policy-config and --priority-scheduler-config.
+// --router-policy-config and --priority-scheduler-config. Unless
+// Options.Examples names a directory, they are the copies of examples/
+// built into the program (package examples), written to a temporary
+// directory for the run.
 //
 // # Invariants
 //

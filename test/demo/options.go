@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/tollgate/tollgate/examples"
 )
 
 // Scenario names accepted by Options.Scenario.
@@ -36,6 +39,9 @@ const (
 	filePriority   = "priority.yaml"
 )
 
+// exampleFiles are the example files the scenarios load.
+var exampleFiles = []string{fileEqualShare, filePremium4x, filePriority}
+
 // Options configures Run and Serve. The zero value of every field except
 // Stdout selects its default.
 type Options struct {
@@ -60,8 +66,8 @@ type Options struct {
 	// arrival schedule. Zero means 1.
 	Seed uint64
 	// Examples is the directory holding equal_share.yaml, premium_4x.yaml
-	// and priority.yaml. Empty means the examples directory of the current
-	// directory or of its nearest parent that has one.
+	// and priority.yaml. Empty means the copies built into the program
+	// (package examples).
 	Examples string
 	// Serve is the address Serve's HTTP front listens on.
 	Serve string
@@ -72,7 +78,7 @@ type Options struct {
 }
 
 // withDefaults returns o with every zero field set to its default and the
-// examples directory located.
+// examples directory, when one is given, checked.
 func (o Options) withDefaults() (Options, error) {
 	if err := o.validate(); err != nil {
 		return o, err
@@ -89,16 +95,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Seed == 0 {
 		o.Seed = 1
 	}
-	if o.Examples == "" {
-		dir, err := findExamples()
-		if err != nil {
-			return o, err
-		}
-		o.Examples = dir
-	}
-	for _, f := range []string{fileEqualShare, filePremium4x, filePriority} {
-		if _, err := os.Stat(filepath.Join(o.Examples, f)); err != nil {
-			return o, fmt.Errorf("demo: examples directory %s: %w", o.Examples, err)
+	if o.Examples != "" {
+		for _, f := range exampleFiles {
+			if _, err := os.Stat(filepath.Join(o.Examples, f)); err != nil {
+				return o, fmt.Errorf("demo: examples directory %s: %w", o.Examples, err)
+			}
 		}
 	}
 	return o, nil
@@ -124,22 +125,29 @@ func (o Options) validate() error {
 // maxSpeed bounds Options.Speed: at 20 a premium prefill takes 1 ms.
 const maxSpeed = 20
 
-// findExamples looks for an examples directory holding the demo's files in
-// the current directory and its parents.
-func findExamples() (string, error) {
-	wd, err := os.Getwd()
+// useExamples makes o.Examples a directory holding the example files: with
+// none given, a temporary copy of the built-in ones, which cleanup removes.
+// shown is how to name the directory to the user: the one given, or
+// "examples" (the repository directory the built-in files come from).
+func (o *Options) useExamples() (shown string, cleanup func(), err error) {
+	if o.Examples != "" {
+		return o.Examples, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "tollgate-demo-examples-")
 	if err != nil {
-		return "", fmt.Errorf("demo: %w", err)
+		return "", nil, fmt.Errorf("demo: copy of the built-in examples: %w", err)
 	}
-	for dir := wd; ; {
-		cand := filepath.Join(dir, "examples")
-		if _, err := os.Stat(filepath.Join(cand, filePremium4x)); err == nil {
-			return cand, nil
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	for _, f := range exampleFiles {
+		data, err := fs.ReadFile(examples.FS(), f)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, f), data, 0o600)
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("demo: no examples directory with %s in %s or its parents; run from the repository or pass --examples", filePremium4x, wd)
+		if err != nil {
+			cleanup()
+			return "", nil, fmt.Errorf("demo: copy of the built-in examples: %w", err)
 		}
-		dir = parent
 	}
+	o.Examples = dir
+	return "examples", cleanup, nil
 }

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"bytes"
 	"io"
 	"math"
 	"os"
@@ -37,15 +38,53 @@ func TestOptions_Defaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Out != DefaultOut || o.Scenario != ScenarioAll || o.Speed != 1 || o.Seed != 1 {
+	if o.Out != DefaultOut || o.Scenario != ScenarioAll || o.Speed != 1 || o.Seed != 1 || o.Examples != "" {
 		t.Errorf("defaults: %+v", o)
 	}
-	// Found from this package's directory by walking up to the repository.
-	if want := examplesDir(t); o.Examples != want {
-		t.Errorf("examples directory %q, want %q", o.Examples, want)
+}
+
+// TestOptions_BuiltinExamples checks that without --examples the scenarios
+// read a temporary copy of the repository's example files, removed after.
+func TestOptions_BuiltinExamples(t *testing.T) {
+	o := Options{Stdout: io.Discard}
+	shown, cleanup, err := o.useExamples()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown != "examples" || o.Examples == "" {
+		t.Fatalf("shown %q, directory %q", shown, o.Examples)
+	}
+	for _, f := range exampleFiles {
+		got, err := os.ReadFile(filepath.Join(o.Examples, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(filepath.Join(examplesDir(t), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: the copy differs from examples/%s", f, f)
+		}
+	}
+	cleanup()
+	if _, err := os.Stat(o.Examples); !os.IsNotExist(err) {
+		t.Errorf("cleanup left %s: %v", o.Examples, err)
+	}
+}
+
+func TestOptions_GivenExamples(t *testing.T) {
+	o := Options{Stdout: io.Discard, Examples: examplesDir(t)}
+	shown, cleanup, err := o.useExamples()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanup()
+	if shown != examplesDir(t) || o.Examples != examplesDir(t) {
+		t.Errorf("shown %q, directory %q; want the given %q", shown, o.Examples, examplesDir(t))
 	}
 	if _, err := os.Stat(filepath.Join(o.Examples, filePriority)); err != nil {
-		t.Error(err)
+		t.Errorf("cleanup touched the given directory: %v", err)
 	}
 }
 

@@ -18,6 +18,15 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	builtin := o.Examples == ""
+	configs, cleanup, err := o.useExamples()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if builtin {
+		configs += " (built in)"
+	}
 	log := logger(o.Stderr)
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return fmt.Errorf("demo: output directory: %w", err)
@@ -25,7 +34,7 @@ func Run(ctx context.Context, o Options) error {
 	start := time.Now()
 	w := o.Stdout
 	fmt.Fprintf(w, "tollgate demo: the real ext_proc server and scheduler, a simulated Envoy (BUFFERED request body,\n")
-	fmt.Fprintf(w, "streamed response) and simulated vLLM workers, all on loopback. speed %g, seed %d, configs from %s\n", o.Speed, o.Seed, o.Examples)
+	fmt.Fprintf(w, "streamed response) and simulated vLLM workers, all on loopback. speed %g, seed %d, configs from %s\n", o.Speed, o.Seed, configs)
 
 	if o.Scenario == ScenarioAll || o.Scenario == ScenarioPremium {
 		fmt.Fprintf(w, "\n== 1. Dynamo policy classes: premium vs regular under Deficit Round Robin\n")

@@ -26,12 +26,15 @@ func Serve(ctx context.Context, o Options) error {
 	if o.Serve == "" {
 		return errors.New("demo: serve needs an address")
 	}
-	policyFile := filepath.Join(o.Examples, filePremium4x)
-	priorityFile := filepath.Join(o.Examples, filePriority)
+	shown, cleanup, err := o.useExamples()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
 	st, err := startStack(ctx, serverSpec{
-		routerPolicy:   policyFile,
+		routerPolicy:   filepath.Join(o.Examples, filePremium4x),
 		priority:       true,
-		priorityConfig: priorityFile,
+		priorityConfig: filepath.Join(o.Examples, filePriority),
 		tenantKeys:     demoTenantKeys,
 		seed:           o.Seed,
 	}, workerSpec{
@@ -56,7 +59,7 @@ func Serve(ctx context.Context, o Options) error {
 	go func() { served <- front.Serve(l) }()
 
 	addr := dialable(l.Addr())
-	printServe(o.Stdout, addr, st, policyFile, priorityFile)
+	printServe(o.Stdout, addr, st, filepath.Join(shown, filePremium4x), filepath.Join(shown, filePriority))
 	if o.serveReady != nil {
 		o.serveReady(addr, st.metricsAddr)
 	}
