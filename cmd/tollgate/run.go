@@ -40,6 +40,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help":
 		_, _ = io.WriteString(stdout, usageText)
 		return 0
+	case "demo":
+		fmt.Fprintln(stderr, "tollgate: the demo is its own program, not part of the shipped binary: run make demo, or go run ./test/demo/cmd/tollgate-demo")
+		return 2
 	default:
 		fmt.Fprintf(stderr, "tollgate: unknown command %q\n\n%s", cmd, usageText)
 		return 2
