@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
@@ -148,12 +149,15 @@ func (x *exchange) rewrite() {
 
 // restoresModel reports whether response bodies get the client's model
 // name back: the request was rewritten and the response body mode lets
-// tollgate replace chunks (STREAMED or FULL_DUPLEX_STREAMED). Envoy drops
-// the response's Content-Length in those modes, since chunks may change
-// length, so the client reads the body to its end.
+// tollgate replace the body. STREAMED and FULL_DUPLEX_STREAMED replace
+// chunks; Envoy drops the response's Content-Length in those modes, since
+// chunks may change length, so the client reads the body to its end.
+// BUFFERED replaces the whole body and sets a Content-Length to match
+// (bufferedResponseReply).
 func (x *exchange) restoresModel() bool {
 	return x.rewrittenTo != "" && (x.respMode == extprocfilterv3.ProcessingMode_STREAMED ||
-		x.respMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
+		x.respMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED ||
+		x.respMode == extprocfilterv3.ProcessingMode_BUFFERED)
 }
 
 // restoreModel puts the client's model name back into one response chunk,
@@ -177,6 +181,25 @@ func (x *exchange) streamedResponseChunk(chunk []byte) *extprocv3.ProcessingResp
 	if out := x.restoreModel(chunk); !bytes.Equal(out, chunk) {
 		r.GetResponseBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
 	}
+	return r
+}
+
+// bufferedResponseReply answers a BUFFERED response body, the whole body
+// in one message. With the client's model name restored, the new body
+// goes with a Content-Length of its length in the same reply: Envoy still
+// holds the response headers in this mode, applies the header mutation
+// and then rejects a body mutation whose length differs from the
+// Content-Length (the upstream's, unless replaced).
+func (x *exchange) bufferedResponseReply(body []byte) *extprocv3.ProcessingResponse {
+	r := responseBodyReply()
+	out := x.restoreModel(body)
+	if bytes.Equal(out, body) {
+		return r
+	}
+	r.GetResponseBody().Response.HeaderMutation = &extprocv3.HeaderMutation{
+		SetHeaders: []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(out)))},
+	}
+	r.GetResponseBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
 	return r
 }
 

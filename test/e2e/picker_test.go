@@ -337,3 +337,41 @@ func TestModelRewriteWeighted(t *testing.T) {
 		t.Fatalf("upstream models %v, want both targets (all 24 on one has probability 2^-23)", seen)
 	}
 }
+
+// TestModelRewriteBufferedResponse: with a BUFFERED response body the
+// client's model name comes back in the whole body, and the response's
+// Content-Length is set to the new length in the same reply (Envoy holds
+// the headers in this mode and rejects a body whose length differs).
+func TestModelRewriteBufferedResponse(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newStack(t, options{mode: m.req, workers: 1,
+				config: func(c *extproc.Config) {
+					c.ModelRewrites = map[string][]extproc.RewriteTarget{"a-much-longer-team-alias": {{Model: model, Weight: 1}}}
+				},
+				sim: func(c *envoysim.Config) {
+					c.Mode.ResponseBodyMode = extprocfilterv3.ProcessingMode_BUFFERED
+					if m.req == extprocfilterv3.ProcessingMode_STREAMED {
+						c.SendBodyWithoutWaitingForHeaderResponse = true
+					}
+				}})
+			for _, stream := range []bool{false, true} {
+				body := []byte(fmt.Sprintf(`{"model":"a-much-longer-team-alias","prompt":"complete me","max_tokens":4,"stream":%t}`, stream))
+				r := s.do(post("/v1/completions", body, "Content-Length", fmt.Sprint(len(body))))
+				expectStatus(t, r, http.StatusOK, "")
+				if !strings.Contains(string(r.Upstream.Body), `"model":"`+model+`"`) {
+					t.Fatalf("upstream body not rewritten: %s", r.Upstream.Body)
+				}
+				if !strings.Contains(string(r.Body), `"model":"a-much-longer-team-alias"`) || strings.Contains(string(r.Body), `"model":"`+model+`"`) {
+					t.Fatalf("stream=%t: response names the rewritten model: %.300s", stream, r.Body)
+				}
+				if !stream && r.Header.Get("Content-Length") == "" {
+					t.Fatalf("a whole JSON answer lost its Content-Length")
+				}
+				if cl := r.Header.Get("Content-Length"); cl != "" && cl != fmt.Sprint(len(r.Body)) {
+					t.Fatalf("stream=%t: Content-Length %s for a %d-byte body", stream, cl, len(r.Body))
+				}
+			}
+		})
+	}
+}
