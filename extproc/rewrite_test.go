@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -73,7 +74,8 @@ func TestPickTarget(t *testing.T) {
 
 // The response keeps the client's name (GIE pkg/epp/handlers/server.go:
 // 442-460 at 1748e829, rewriteModelName): both JSON spellings, in
-// STREAMED and FULL_DUPLEX_STREAMED responses only.
+// STREAMED, FULL_DUPLEX_STREAMED and BUFFERED responses; not when the
+// response body is not sent (NONE).
 func TestRestoreModel(t *testing.T) {
 	x := &exchange{rewrittenFrom: "alias", rewrittenTo: "llama", respMode: modeStreamed}
 	in := `data: {"model":"llama"}` + "\n\n" + `{"model": "llama","x":"llama"}`
@@ -82,7 +84,21 @@ func TestRestoreModel(t *testing.T) {
 		t.Fatalf("restoreModel = %s, want %s", got, want)
 	}
 	x.respMode = modeBuffered
+	if got := string(x.restoreModel([]byte(in))); got != want {
+		t.Fatalf("BUFFERED: restoreModel = %s, want %s", got, want)
+	}
+	r := x.bufferedResponseReply([]byte(in)).GetResponseBody().GetResponse()
+	if got := string(r.GetBodyMutation().GetBody()); got != want {
+		t.Fatalf("BUFFERED reply body %s, want %s", got, want)
+	}
+	if h := r.GetHeaderMutation().GetSetHeaders(); len(h) != 1 || h[0].GetHeader().GetKey() != "content-length" || string(h[0].GetHeader().GetRawValue()) != fmt.Sprint(len(want)) {
+		t.Fatalf("BUFFERED reply headers %v, want content-length %d", h, len(want))
+	}
+	if r := x.bufferedResponseReply([]byte(`{"model":"other"}`)).GetResponseBody().GetResponse(); r.GetBodyMutation() != nil || r.GetHeaderMutation() != nil {
+		t.Fatalf("BUFFERED reply to an unchanged body mutates: %v", r)
+	}
+	x.respMode = modeNone
 	if got := string(x.restoreModel([]byte(in))); got != in {
-		t.Fatalf("BUFFERED response changed: %s", got)
+		t.Fatalf("NONE response changed: %s", got)
 	}
 }
