@@ -24,7 +24,7 @@ func TestRewriteModel(t *testing.T) {
 		{"truncated", `{"model":"alias","prompt":"x`, "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			out, ok := rewriteModel([]byte(c.in), table, func(uint64) uint64 { return 0 })
+			out, ok := rewriteModel([]byte(c.in), &rewriteTable{exact: table}, func(uint64) uint64 { return 0 })
 			if ok != c.changed || string(out) != c.want {
 				t.Fatalf("rewriteModel = %s %v, want %s %v", out, ok, c.want, c.changed)
 			}
@@ -43,13 +43,16 @@ func TestParseModelRewrite(t *testing.T) {
 			t.Errorf("%q: %q %v %v, want %v", in, from, ts, err, want)
 		}
 	}
-	for _, bad := range []string{"alias", "=llama", "alias=", "alias=llama,", "alias=llama*0", "alias=llama*x", "alias=llama*10001", strings.Repeat("m", 257) + "=x"} {
+	for _, bad := range []string{"alias", "=llama", "alias=", "alias=llama,", "alias=llama*0", "alias=llama*x", "alias=llama*1000001", strings.Repeat("m", 257) + "=x"} {
 		if _, _, err := ParseModelRewrite(bad); err == nil || !strings.Contains(err.Error(), "want FROM=TO") {
 			t.Errorf("%.20q: %v", bad, err)
 		}
 	}
-	if err := (Config{ModelRewrites: map[string][]RewriteTarget{"a": nil}}).Validate(); err == nil || !strings.Contains(err.Error(), "no target") {
+	if err := (Config{ModelRewrites: map[string][]RewriteTarget{"a": nil}}).Validate(); err == nil || !strings.Contains(err.Error(), "has 0 targets") {
 		t.Errorf("a rewrite without target accepted: %v", err)
+	}
+	if _, _, err := ParseModelRewrite("alias=" + strings.Repeat("m,", MaxRewriteTargets) + "m"); err == nil || !strings.Contains(err.Error(), "targets exceed") {
+		t.Errorf("%d targets: %v", MaxRewriteTargets+1, err)
 	}
 }
 
