@@ -45,7 +45,7 @@ tollgate_model_rewrites{match="any",source="inferencemodelrewrite"} 1
 tollgate_model_rewrites{match="exact",source="flag"} 1
 tollgate_model_rewrites{match="exact",source="inferencemodelrewrite"} 1
 `
-	if err := testutil.GatherAndCompare(srv.metrics.reg, strings.NewReader(want), "tollgate_model_rewrites"); err != nil {
+	if err := testutil.CollectAndCompare(newRewriteCollector(srv), strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
 
