@@ -174,7 +174,8 @@ type Config struct {
 	// weight (--model-rewrite), at most MaxModelRewrites entries. The
 	// request body is rewritten wherever the body mode lets tollgate
 	// replace it (not in STREAMED mode decided on the headers alone, nor
-	// NONE).
+	// NONE). Rules installed later with Server.SetModelRewrites add to it;
+	// these win for the names they hold.
 	ModelRewrites map[string][]RewriteTarget
 	// TestEndpointSelection honours the conformance suite's test-only
 	// test-epp-endpoint-selection request header, which restricts a

@@ -102,7 +102,9 @@
 // with Config.Sched.Fallbacks it names next-best workers after the route,
 // comma-separated, and follows the endpoint the data plane reports in
 // envoy.lb/x-gateway-destination-endpoint-served; and it can rewrite the
-// request's model name (Config.ModelRewrites).
+// request's model name (Config.ModelRewrites, and the InferenceModelRewrite
+// rules installed with Server.SetModelRewrites), giving the client its own
+// name back in STREAMED, FULL_DUPLEX_STREAMED and BUFFERED responses.
 //
 // # Holding and Envoy's message timer
 //

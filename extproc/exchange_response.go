@@ -90,6 +90,9 @@ func (x *exchange) responseBody(now time.Time, b *extprocv3.HttpBody) step {
 	if duplex {
 		return step{send: []*extprocv3.ProcessingResponse{duplexResponseChunk(x.restoreModel(body), eos)}}
 	}
+	if x.respMode == extprocfilterv3.ProcessingMode_BUFFERED && eos {
+		return step{send: []*extprocv3.ProcessingResponse{x.bufferedResponseReply(body)}}
+	}
 	return step{send: []*extprocv3.ProcessingResponse{x.streamedResponseChunk(body)}}
 }
 

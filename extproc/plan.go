@@ -57,6 +57,9 @@ type planner struct {
 	// objectives is the objective mapping in force: cfg.Objectives merged
 	// with what Server.SetObjectives installed. Never nil.
 	objectives atomic.Pointer[policy.Objectives]
+	// rewrites is the model rewrite table in force: cfg.ModelRewrites
+	// merged with what Server.SetModelRewrites installed. Never nil.
+	rewrites atomic.Pointer[rewriteTable]
 	// warnedSourceAddress is set once the missing source.address
 	// attribute was logged.
 	warnedSourceAddress atomic.Bool
@@ -73,6 +76,7 @@ func newPlanner(cfg *Config, tok Tokenizer, m *metrics) (*planner, error) {
 	}
 	obj := cfg.Objectives
 	p.objectives.Store(&obj)
+	p.rewrites.Store(&rewriteTable{exact: cfg.ModelRewrites})
 	if p.tenants == nil {
 		t, err := policy.NewTenants(policy.TenantOptions{})
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
@@ -17,8 +18,12 @@ import (
 // MaxModelRewrites bounds the static rewrite table.
 const MaxModelRewrites = 1024
 
-// MaxRewriteWeight bounds the weight of one rewrite target.
-const MaxRewriteWeight = 10000
+// MaxRewriteWeight bounds the weight of one rewrite target; it is the
+// InferenceModelRewrite API's own bound.
+const MaxRewriteWeight = 1000000
+
+// MaxRewriteTargets bounds the targets of one rewrite.
+const MaxRewriteTargets = 64
 
 // RewriteTarget is one model a rewrite sends requests to, with its share
 // of the rewrite's requests (weight over the sum of the targets' weights).
@@ -52,6 +57,9 @@ func ParseModelRewrite(s string) (from string, targets []RewriteTarget, err erro
 		}
 		targets = append(targets, RewriteTarget{Model: name, Weight: uint32(weight)})
 	}
+	if len(targets) > MaxRewriteTargets {
+		return "", nil, fmt.Errorf("invalid model rewrite %q: %d targets exceed %d", s, len(targets), MaxRewriteTargets)
+	}
 	return from, targets, nil
 }
 
@@ -61,13 +69,25 @@ func validRewrites(table map[string][]RewriteTarget) error {
 		return fmt.Errorf("%d model rewrites exceed %d", len(table), MaxModelRewrites)
 	}
 	for from, ts := range table {
-		if from == "" || len(ts) == 0 {
-			return fmt.Errorf("model rewrite of %q has no target", from)
+		if from == "" || len(from) > openai.MaxModelNameBytes {
+			return fmt.Errorf("model rewrite of %q: want a name of 1 to %d bytes", from, openai.MaxModelNameBytes)
 		}
-		for _, t := range ts {
-			if t.Model == "" || t.Weight < 1 || t.Weight > MaxRewriteWeight {
-				return fmt.Errorf("model rewrite of %q: target %q weight %d: want a name and a weight from 1 to %d", from, t.Model, t.Weight, MaxRewriteWeight)
-			}
+		if err := validTargets(strconv.Quote(from), ts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validTargets reports the first invalid target of the rewrite of what.
+func validTargets(what string, ts []RewriteTarget) error {
+	if len(ts) == 0 || len(ts) > MaxRewriteTargets {
+		return fmt.Errorf("model rewrite of %s has %d targets, want 1 to %d", what, len(ts), MaxRewriteTargets)
+	}
+	for _, t := range ts {
+		if t.Model == "" || len(t.Model) > openai.MaxModelNameBytes || t.Weight < 1 || t.Weight > MaxRewriteWeight {
+			return fmt.Errorf("model rewrite of %s: target %q weight %d: want a name of 1 to %d bytes and a weight from 1 to %d",
+				what, t.Model, t.Weight, openai.MaxModelNameBytes, MaxRewriteWeight)
 		}
 	}
 	return nil
@@ -94,12 +114,12 @@ func pickTarget(ts []RewriteTarget, draw func(uint64) uint64) string {
 }
 
 // rewriteModel returns body with its top-level "model" replaced by one of
-// the table's targets (chosen by weight with draw), and whether it
-// changed. Other fields are kept as they were sent (their order may
+// the table's targets for it (chosen by weight with draw), and whether
+// it changed. Other fields are kept as they were sent (their order may
 // change). A body that is not a JSON object, or names a model outside the
 // table, is left alone.
-func rewriteModel(body []byte, table map[string][]RewriteTarget, draw func(uint64) uint64) ([]byte, bool) {
-	if len(table) == 0 || len(body) == 0 {
+func rewriteModel(body []byte, table *rewriteTable, draw func(uint64) uint64) ([]byte, bool) {
+	if table.empty() || len(body) == 0 {
 		return nil, false
 	}
 	var fields map[string]json.RawMessage
@@ -110,8 +130,8 @@ func rewriteModel(body []byte, table map[string][]RewriteTarget, draw func(uint6
 	if json.Unmarshal(fields["model"], &model) != nil {
 		return nil, false
 	}
-	ts, ok := table[model]
-	if !ok {
+	ts := table.targets(model)
+	if len(ts) == 0 {
 		return nil, false
 	}
 	to := pickTarget(ts, draw)
@@ -130,16 +150,17 @@ func rewriteModel(body []byte, table map[string][]RewriteTarget, draw func(uint6
 	return out, true
 }
 
-// rewrite applies the static model rewrite table to the request body when
+// rewrite applies the model rewrite table in force (--model-rewrite and
+// the pool's InferenceModelRewrite objects) to the request body when
 // the body mode lets tollgate replace it: BUFFERED (and a complete
 // BUFFERED_PARTIAL body), STREAMED with the chunks held, and
 // FULL_DUPLEX_STREAMED. The rewritten body is what tollgate prices and
 // routes; it goes to Envoy with the route.
 func (x *exchange) rewrite() {
-	if x.headersOnly || len(x.cfg.ModelRewrites) == 0 {
+	if x.headersOnly {
 		return
 	}
-	if out, ok := rewriteModel(x.body, x.cfg.ModelRewrites, rand.Uint64N); ok {
+	if out, ok := rewriteModel(x.body, x.p.rewrites.Load(), rand.Uint64N); ok {
 		x.rewrittenFrom, x.rewrittenTo = modelOf(x.body), modelOf(out)
 		x.log.Debug("model rewritten", "request", x.id, "from", x.rewrittenFrom, "to", x.rewrittenTo)
 		x.body, x.newBody = out, out
@@ -148,12 +169,15 @@ func (x *exchange) rewrite() {
 
 // restoresModel reports whether response bodies get the client's model
 // name back: the request was rewritten and the response body mode lets
-// tollgate replace chunks (STREAMED or FULL_DUPLEX_STREAMED). Envoy drops
-// the response's Content-Length in those modes, since chunks may change
-// length, so the client reads the body to its end.
+// tollgate replace the body. STREAMED and FULL_DUPLEX_STREAMED replace
+// chunks; Envoy drops the response's Content-Length in those modes, since
+// chunks may change length, so the client reads the body to its end.
+// BUFFERED replaces the whole body and sets a Content-Length to match
+// (bufferedResponseReply).
 func (x *exchange) restoresModel() bool {
 	return x.rewrittenTo != "" && (x.respMode == extprocfilterv3.ProcessingMode_STREAMED ||
-		x.respMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
+		x.respMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED ||
+		x.respMode == extprocfilterv3.ProcessingMode_BUFFERED)
 }
 
 // restoreModel puts the client's model name back into one response chunk,
@@ -177,6 +201,25 @@ func (x *exchange) streamedResponseChunk(chunk []byte) *extprocv3.ProcessingResp
 	if out := x.restoreModel(chunk); !bytes.Equal(out, chunk) {
 		r.GetResponseBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
 	}
+	return r
+}
+
+// bufferedResponseReply answers a BUFFERED response body, the whole body
+// in one message. With the client's model name restored, the new body
+// goes with a Content-Length of its length in the same reply: Envoy still
+// holds the response headers in this mode, applies the header mutation
+// and then rejects a body mutation whose length differs from the
+// Content-Length (the upstream's, unless replaced).
+func (x *exchange) bufferedResponseReply(body []byte) *extprocv3.ProcessingResponse {
+	r := responseBodyReply()
+	out := x.restoreModel(body)
+	if bytes.Equal(out, body) {
+		return r
+	}
+	r.GetResponseBody().Response.HeaderMutation = &extprocv3.HeaderMutation{
+		SetHeaders: []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(out)))},
+	}
+	r.GetResponseBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
 	return r
 }
 

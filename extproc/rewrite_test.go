@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -23,7 +24,7 @@ func TestRewriteModel(t *testing.T) {
 		{"truncated", `{"model":"alias","prompt":"x`, "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			out, ok := rewriteModel([]byte(c.in), table, func(uint64) uint64 { return 0 })
+			out, ok := rewriteModel([]byte(c.in), &rewriteTable{exact: table}, func(uint64) uint64 { return 0 })
 			if ok != c.changed || string(out) != c.want {
 				t.Fatalf("rewriteModel = %s %v, want %s %v", out, ok, c.want, c.changed)
 			}
@@ -42,13 +43,16 @@ func TestParseModelRewrite(t *testing.T) {
 			t.Errorf("%q: %q %v %v, want %v", in, from, ts, err, want)
 		}
 	}
-	for _, bad := range []string{"alias", "=llama", "alias=", "alias=llama,", "alias=llama*0", "alias=llama*x", "alias=llama*10001", strings.Repeat("m", 257) + "=x"} {
+	for _, bad := range []string{"alias", "=llama", "alias=", "alias=llama,", "alias=llama*0", "alias=llama*x", "alias=llama*1000001", strings.Repeat("m", 257) + "=x"} {
 		if _, _, err := ParseModelRewrite(bad); err == nil || !strings.Contains(err.Error(), "want FROM=TO") {
 			t.Errorf("%.20q: %v", bad, err)
 		}
 	}
-	if err := (Config{ModelRewrites: map[string][]RewriteTarget{"a": nil}}).Validate(); err == nil || !strings.Contains(err.Error(), "no target") {
+	if err := (Config{ModelRewrites: map[string][]RewriteTarget{"a": nil}}).Validate(); err == nil || !strings.Contains(err.Error(), "has 0 targets") {
 		t.Errorf("a rewrite without target accepted: %v", err)
+	}
+	if _, _, err := ParseModelRewrite("alias=" + strings.Repeat("m,", MaxRewriteTargets) + "m"); err == nil || !strings.Contains(err.Error(), "targets exceed") {
+		t.Errorf("%d targets: %v", MaxRewriteTargets+1, err)
 	}
 }
 
@@ -73,7 +77,8 @@ func TestPickTarget(t *testing.T) {
 
 // The response keeps the client's name (GIE pkg/epp/handlers/server.go:
 // 442-460 at 1748e829, rewriteModelName): both JSON spellings, in
-// STREAMED and FULL_DUPLEX_STREAMED responses only.
+// STREAMED, FULL_DUPLEX_STREAMED and BUFFERED responses; not when the
+// response body is not sent (NONE).
 func TestRestoreModel(t *testing.T) {
 	x := &exchange{rewrittenFrom: "alias", rewrittenTo: "llama", respMode: modeStreamed}
 	in := `data: {"model":"llama"}` + "\n\n" + `{"model": "llama","x":"llama"}`
@@ -82,7 +87,21 @@ func TestRestoreModel(t *testing.T) {
 		t.Fatalf("restoreModel = %s, want %s", got, want)
 	}
 	x.respMode = modeBuffered
+	if got := string(x.restoreModel([]byte(in))); got != want {
+		t.Fatalf("BUFFERED: restoreModel = %s, want %s", got, want)
+	}
+	r := x.bufferedResponseReply([]byte(in)).GetResponseBody().GetResponse()
+	if got := string(r.GetBodyMutation().GetBody()); got != want {
+		t.Fatalf("BUFFERED reply body %s, want %s", got, want)
+	}
+	if h := r.GetHeaderMutation().GetSetHeaders(); len(h) != 1 || h[0].GetHeader().GetKey() != "content-length" || string(h[0].GetHeader().GetRawValue()) != fmt.Sprint(len(want)) {
+		t.Fatalf("BUFFERED reply headers %v, want content-length %d", h, len(want))
+	}
+	if r := x.bufferedResponseReply([]byte(`{"model":"other"}`)).GetResponseBody().GetResponse(); r.GetBodyMutation() != nil || r.GetHeaderMutation() != nil {
+		t.Fatalf("BUFFERED reply to an unchanged body mutates: %v", r)
+	}
+	x.respMode = modeNone
 	if got := string(x.restoreModel([]byte(in))); got != in {
-		t.Fatalf("BUFFERED response changed: %s", got)
+		t.Fatalf("NONE response changed: %s", got)
 	}
 }

@@ -115,7 +115,7 @@ var (
 	}
 	poolRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{"inference.networking.k8s.io"}, Resources: []string{"inferencepools"}, ResourceNames: []string{"vllm-llama"}, Verbs: []string{"list", "watch"}},
-		{APIGroups: []string{"inference.networking.x-k8s.io"}, Resources: []string{"inferenceobjectives"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"inference.networking.x-k8s.io"}, Resources: []string{"inferenceobjectives", "inferencemodelrewrites"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
 	}
 )

@@ -102,8 +102,8 @@ func cluster(t *testing.T) *apiserver.Cluster {
 
 // crdFiles lists the CRDs the chart's objects need: Istio's and Envoy
 // Gateway's from their Go modules, the Prometheus Operator's generated
-// from its API types (make kubeapi), and the InferencePool's and
-// InferenceObjective's.
+// from its API types (make kubeapi), and the InferencePool's,
+// InferenceObjective's and InferenceModelRewrite's.
 func crdFiles(t *testing.T) []string {
 	t.Helper()
 	modDir := func(mod string) string { // the module at the version go.mod requires
@@ -122,6 +122,7 @@ func crdFiles(t *testing.T) []string {
 		filepath.Join(eg, "gateway.envoyproxy.io_clienttrafficpolicies.yaml"),
 		"testdata/inferencepool-crd.yaml",
 		"testdata/inferenceobjective-crd.yaml",
+		"testdata/inferencemodelrewrite-crd.yaml",
 	}
 	apiserverBin, _ := apiserver.Binaries()
 	monitoring := filepath.Join(filepath.Dir(filepath.Dir(apiserverBin)), "crds")
@@ -613,10 +614,12 @@ func TestRealAPI_EndpointSliceDiscovery(t *testing.T) {
 
 // TestRealAPI_InferencePoolDiscovery runs tollgate with the chart's
 // inferencepool discovery, leader election and RBAC against installed
-// InferencePool and InferenceObjective CRDs: the pool's selector picks its
-// pods, a deleted pod leaves the worker set, the pool's InferenceObjectives
-// map onto classes and follow updates (the chart's --objective-class
-// winning), and the Role is limited to what that needs.
+// InferencePool, InferenceObjective and InferenceModelRewrite CRDs: the
+// pool's selector picks its pods, a deleted pod leaves the worker set, the
+// pool's InferenceObjectives map onto classes and follow updates (the
+// chart's --objective-class winning), its InferenceModelRewrites become the
+// rewrite table and follow a delete, and the Role is limited to what that
+// needs.
 func TestRealAPI_InferencePoolDiscovery(t *testing.T) {
 	c := cluster(t)
 	const ns = "pool"
@@ -665,6 +668,22 @@ spec:
 			t.Fatal(err)
 		}
 	}
+	rewrites := dc.Resource(kube.InferenceModelRewriteGVR).Namespace(ns)
+	for _, doc := range []string{
+		`{metadata: {name: alias}, spec: {poolRef: {name: vllm-llama}, rules: [{matches: [{model: {value: llama}}, {model: {value: llama-latest}}], targets: [{modelRewrite: llama-3-8b, weight: 9}, {modelRewrite: llama-3-70b, weight: 1}]}]}}`,
+		`{metadata: {name: fallback}, spec: {poolRef: {name: vllm-llama}, rules: [{targets: [{modelRewrite: llama-3-8b}]}]}}`,
+		`{metadata: {name: elsewhere}, spec: {poolRef: {name: other-pool}, rules: [{matches: [{model: {value: other-model}}], targets: [{modelRewrite: other-target}]}]}}`,
+	} {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		u.SetAPIVersion("inference.networking.x-k8s.io/v1alpha2")
+		u.SetKind("InferenceModelRewrite")
+		if _, err := rewrites.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	p := runTollgate(t, r, ns, "tollgate-7d8e9-fghij", serviceAccountKubeconfig(t, c, r, ns))
 	eventually(t, 45*time.Second, "the pool's two pods as workers, as leader", func() bool {
@@ -702,6 +721,17 @@ spec:
 		}
 	}
 
+	const exactRewrites, anyRewrite = `tollgate_model_rewrites{match="exact",source="inferencemodelrewrite"}`, `tollgate_model_rewrites{match="any",source="inferencemodelrewrite"}`
+	eventually(t, 30*time.Second, "two names and the rule for any other name from the pool's rewrites", func() bool {
+		return p.metric(exactRewrites) == 2 && p.metric(anyRewrite) == 1
+	}, p)
+	if err := rewrites.Delete(ctx, "fallback", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "no rule for any other name once its object is deleted", func() bool {
+		return p.metric(exactRewrites) == 2 && p.metric(anyRewrite) == 0
+	}, p)
+
 	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, "vllm-llama-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -715,6 +745,7 @@ spec:
 		[]access{
 			{"list", inf, "inferencepools", ns, "vllm-llama"}, {"watch", inf, "inferencepools", ns, "vllm-llama"},
 			{"list", infx, "inferenceobjectives", ns, ""}, {"watch", infx, "inferenceobjectives", ns, ""},
+			{"list", infx, "inferencemodelrewrites", ns, ""}, {"watch", infx, "inferencemodelrewrites", ns, ""},
 			{"list", "", "pods", ns, ""}, {"watch", "", "pods", ns, ""},
 		},
 		[]access{
@@ -723,6 +754,8 @@ spec:
 			{"get", infx, "inferenceobjectives", ns, "chat"}, {"update", infx, "inferenceobjectives", ns, "chat"},
 			{"create", infx, "inferenceobjectives", ns, ""}, {"list", infx, "inferenceobjectives", "default", ""},
 			{"list", infx, "inferenceobjectives", "", ""},
+			{"get", infx, "inferencemodelrewrites", ns, "alias"}, {"update", infx, "inferencemodelrewrites", ns, "alias"},
+			{"create", infx, "inferencemodelrewrites", ns, ""}, {"list", infx, "inferencemodelrewrites", "default", ""},
 			{"list", "discovery.k8s.io", "endpointslices", ns, ""}, {"list", "", "secrets", ns, ""},
 		})
 }

@@ -289,9 +289,12 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 
 // startDiscovery starts the configured worker source, feeding srv.SetWorkers,
 // with inferencepool discovery the pool's InferenceObjectives, feeding
-// srv.SetObjectives (explicit are the --objective-class names), and leader
-// election; goroutines are added to wg and end with ctx.
-func startDiscovery(ctx context.Context, o *options, explicit policy.Objectives, srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) error {
+// srv.SetObjectives (explicit are the --objective-class names), and its
+// InferenceModelRewrites, feeding srv.SetModelRewrites (rewrites are the
+// --model-rewrite table), and leader election; goroutines are added to wg
+// and end with ctx.
+func startDiscovery(ctx context.Context, o *options, explicit policy.Objectives, rewrites map[string][]extproc.RewriteTarget,
+	srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) error {
 	d := &o.discovery
 	if d.mode == discoveryStatic && !d.leaderElect {
 		return nil
@@ -320,6 +323,10 @@ func startDiscovery(ctx context.Context, o *options, explicit policy.Objectives,
 	if err != nil {
 		return err
 	}
+	rewriteSrc, err := d.rewriteSource(cfg, rewrites, srv, log)
+	if err != nil {
+		return err
+	}
 	var el *kube.Elector
 	if d.leaderElect {
 		lc, err := d.leaderConfig()
@@ -336,6 +343,9 @@ func startDiscovery(ctx context.Context, o *options, explicit policy.Objectives,
 	}
 	if objectives != nil {
 		wg.Go(func() { _ = objectives.Run(ctx) })
+	}
+	if rewriteSrc != nil {
+		wg.Go(func() { _ = rewriteSrc.Run(ctx) })
 	}
 	if el != nil {
 		// On SIGTERM or SIGINT the leader releases the Lease at once, so a
@@ -423,6 +433,30 @@ func (d *discoveryOptions) objectiveSource(cfg *rest.Config, explicit policy.Obj
 		Explicit:  explicit,
 		Apply:     srv.SetObjectives,
 		Logger:    log.With("component", "discovery", "source", "inferenceobjectives"),
+		Debounce:  d.debounce,
+	}, dyn)
+}
+
+// rewriteSource builds the InferenceModelRewrite source of inferencepool
+// discovery, or nil in the other modes.
+func (d *discoveryOptions) rewriteSource(cfg *rest.Config, explicit map[string][]extproc.RewriteTarget, srv *extproc.Server, log *slog.Logger) (*kube.RewriteSource, error) {
+	if d.mode != discoveryInferencePool {
+		return nil, nil
+	}
+	ns, name, err := splitRef("--pool", d.pool)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	return kube.NewRewriteSource(kube.RewriteConfig{
+		Namespace: ns,
+		Pool:      name,
+		Explicit:  explicit,
+		Apply:     srv.SetModelRewrites,
+		Logger:    log.With("component", "discovery", "source", "inferencemodelrewrites"),
 		Debounce:  d.debounce,
 	}, dyn)
 }

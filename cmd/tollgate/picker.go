@@ -31,7 +31,7 @@ func registerPickerFlags(fs *flag.FlagSet, o *pickerOptions) {
 		"next-best workers named after the chosen one in x-gateway-destination-endpoint, for the data plane to retry on (0 to 8)")
 	fs.BoolVar(&o.testEndpointSelection, "test-endpoint-selection", false,
 		"TESTING ONLY: honour the conformance suite's test-epp-endpoint-selection header, which lets a client choose its worker")
-	fs.Var(&o.modelRewrites, "model-rewrite", "serve requests for model FROM as model TO, rewriting the request body: FROM=TO, or FROM=TO*WEIGHT,TO*WEIGHT,... to split by weight (repeatable)")
+	fs.Var(&o.modelRewrites, "model-rewrite", "serve requests for model FROM as model TO, rewriting the request body: FROM=TO, or FROM=TO*WEIGHT,TO*WEIGHT,... to split by weight (repeatable); with --discovery inferencepool the pool's InferenceModelRewrite objects add rules, and this flag wins for the names it sets")
 	fs.IntVar(&o.classLimitStatus, "class-limit-status", extproc.DefaultClassLimitStatus,
 		"HTTP status of a Dynamo per-worker queue limit: 529 (Dynamo's Overloaded) or 429 (the endpoint picker protocol's shed answer)")
 }

@@ -107,7 +107,7 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 			}
 		})
 	}
-	if err := startDiscovery(runCtx, o, st.cfg.Objectives, srv, log, &wg); err != nil {
+	if err := startDiscovery(runCtx, o, st.cfg.Objectives, st.cfg.ModelRewrites, srv, log, &wg); err != nil {
 		stopRun()
 		_ = hs.Close()
 		gs.Stop()

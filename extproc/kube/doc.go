@@ -36,6 +36,13 @@
 // InferenceObjective CRD (logged once, then checked again with the
 // reflector's backoff) never holds up worker discovery.
 //
+// NewRewriteSource follows the pool's InferenceModelRewrites the same way
+// and hands RewriteConfig.Apply (normally
+// (*extproc.Server).SetModelRewrites) one rule per requested model name,
+// plus the rule without matches, resolved by the API's precedence: exact
+// before generic, the oldest object, the first rule of an object. Names
+// the operator rewrites with --model-rewrite are left to the flag.
+//
 // Both read worker capacity from the pod's annotations (AnnotationWorkerID,
 // AnnotationMaxRunningRequests, AnnotationMaxNumBatchedTokens,
 // AnnotationDPSize, AnnotationDPStartRank, AnnotationTaints,

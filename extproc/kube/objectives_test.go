@@ -41,7 +41,8 @@ func inferenceObjective(name, pool string, priority *int64) *unstructured.Unstru
 
 func newPoolDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{InferencePoolGVR: "InferencePoolList", InferenceObjectiveGVR: "InferenceObjectiveList"}, objs...)
+		map[schema.GroupVersionResource]string{InferencePoolGVR: "InferencePoolList", InferenceObjectiveGVR: "InferenceObjectiveList",
+			InferenceModelRewriteGVR: "InferenceModelRewriteList"}, objs...)
 }
 
 // objRecorder is an ObjectiveConfig.Apply that keeps the last mapping.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -336,4 +337,108 @@ func TestModelRewriteWeighted(t *testing.T) {
 	if len(seen) != 2 || seen[model] == 0 || seen["mistral"] == 0 {
 		t.Fatalf("upstream models %v, want both targets (all 24 on one has probability 2^-23)", seen)
 	}
+}
+
+// TestModelRewriteBufferedResponse: with a BUFFERED response body the
+// client's model name comes back in the whole body, and the response's
+// Content-Length is set to the new length in the same reply (Envoy holds
+// the headers in this mode and rejects a body whose length differs).
+func TestModelRewriteBufferedResponse(t *testing.T) {
+	for _, m := range bodyModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newStack(t, options{mode: m.req, workers: 1,
+				config: func(c *extproc.Config) {
+					c.ModelRewrites = map[string][]extproc.RewriteTarget{"a-much-longer-team-alias": {{Model: model, Weight: 1}}}
+				},
+				sim: func(c *envoysim.Config) {
+					c.Mode.ResponseBodyMode = extprocfilterv3.ProcessingMode_BUFFERED
+					if m.req == extprocfilterv3.ProcessingMode_STREAMED {
+						c.SendBodyWithoutWaitingForHeaderResponse = true
+					}
+				}})
+			for _, stream := range []bool{false, true} {
+				body := []byte(fmt.Sprintf(`{"model":"a-much-longer-team-alias","prompt":"complete me","max_tokens":4,"stream":%t}`, stream))
+				r := s.do(post("/v1/completions", body, "Content-Length", fmt.Sprint(len(body))))
+				expectStatus(t, r, http.StatusOK, "")
+				if !strings.Contains(string(r.Upstream.Body), `"model":"`+model+`"`) {
+					t.Fatalf("upstream body not rewritten: %s", r.Upstream.Body)
+				}
+				if !strings.Contains(string(r.Body), `"model":"a-much-longer-team-alias"`) || strings.Contains(string(r.Body), `"model":"`+model+`"`) {
+					t.Fatalf("stream=%t: response names the rewritten model: %.300s", stream, r.Body)
+				}
+				if !stream && r.Header.Get("Content-Length") == "" {
+					t.Fatalf("a whole JSON answer lost its Content-Length")
+				}
+				if cl := r.Header.Get("Content-Length"); cl != "" && cl != fmt.Sprint(len(r.Body)) {
+					t.Fatalf("stream=%t: Content-Length %s for a %d-byte body", stream, cl, len(r.Body))
+				}
+			}
+		})
+	}
+}
+
+// TestModelRewriteObjects: rules installed at run time (as the pool's
+// InferenceModelRewrite objects are) rewrite the requested model; the
+// rewritten name is what tollgate routes and prices (the workers serve
+// only it, and the cost-error series names it), the client gets its own
+// name back in a BUFFERED response with a Content-Length that fits, the
+// rule without matches serves every other name, and the --model-rewrite
+// table wins for the names it sets.
+func TestModelRewriteObjects(t *testing.T) {
+	s := newStack(t, options{workers: 2,
+		config: func(c *extproc.Config) {
+			c.ModelRewrites = map[string][]extproc.RewriteTarget{"pinned": {{Model: "served-nowhere", Weight: 1}}}
+		},
+		sim: func(c *envoysim.Config) { c.Mode.ResponseBodyMode = extprocfilterv3.ProcessingMode_BUFFERED }})
+	if err := s.srv.SetModelRewrites(extproc.ModelRewriteRules{
+		Exact: map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}, "pinned": {{Model: model, Weight: 1}}},
+		Other: []extproc.RewriteTarget{{Model: model, Weight: 1}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, asked := range []string{"team-alias", "some-other-name"} {
+		body := []byte(`{"model":"` + asked + `","prompt":"price me","max_tokens":4}`)
+		r := s.do(post("/v1/completions", body, "Content-Length", fmt.Sprint(len(body))))
+		expectStatus(t, r, http.StatusOK, "")
+		var up, down struct{ Model string }
+		if err := json.Unmarshal(r.Upstream.Body, &up); err != nil || up.Model != model {
+			t.Fatalf("%s: upstream model %q (%v), want %s", asked, up.Model, err, model)
+		}
+		if err := json.Unmarshal(r.Body, &down); err != nil || down.Model != asked {
+			t.Fatalf("%s: client sees model %q (%v) in %s", asked, down.Model, err, r.Body)
+		}
+		if cl := r.Header.Get("Content-Length"); cl != fmt.Sprint(len(r.Body)) {
+			t.Fatalf("%s: Content-Length %q for a %d-byte body", asked, cl, len(r.Body))
+		}
+	}
+	// The flag's rule wins: no worker serves its target.
+	body := []byte(`{"model":"pinned","prompt":"x","max_tokens":4}`)
+	if r := s.do(post("/v1/completions", body)); r.Upstream != nil || r.Status == http.StatusOK {
+		t.Fatalf("pinned served (%d): the object's rule won over the flag's", r.Status)
+	}
+	rec := httptest.NewRecorder()
+	s.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	m := rec.Body.String()
+	if !strings.Contains(m, `tollgate_cost_estimate_error_ratio_count{model="`+model+`",tokenizer=`) || strings.Contains(m, `model="team-alias"`) {
+		t.Fatalf("the cost was not estimated for the rewritten model:\n%s", grepLines(m, "tollgate_cost_estimate_error_ratio_count"))
+	}
+	for _, want := range []string{
+		`tollgate_model_rewrites{match="any",source="inferencemodelrewrite"} 1`,
+		`tollgate_model_rewrites{match="exact",source="flag"} 1`,
+		`tollgate_model_rewrites{match="exact",source="inferencemodelrewrite"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func grepLines(text, substr string) string {
+	var out []string
+	for l := range strings.Lines(text) {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "")
 }

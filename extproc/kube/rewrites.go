@@ -1,0 +1,428 @@
+package kube
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/openai"
+)
+
+// InferenceModelRewriteGVR is the Gateway API Inference Extension's
+// InferenceModelRewrite resource that NewRewriteSource reads.
+var InferenceModelRewriteGVR = schema.GroupVersionResource{Group: "inference.networking.x-k8s.io", Version: "v1alpha2", Resource: "inferencemodelrewrites"}
+
+// RewriteConfig is what a RewriteSource needs.
+type RewriteConfig struct {
+	// Namespace holds the InferencePool and its InferenceModelRewrites.
+	// Required.
+	Namespace string
+	// Pool is the InferencePool's name; rewrites whose spec.poolRef names
+	// another pool are not read. Required.
+	Pool string
+	// Explicit is the operator's --model-rewrite table. It wins over
+	// objects (the server merges them); the source leaves its names out of
+	// what it applies and logs the object rules they shadow.
+	Explicit map[string][]extproc.RewriteTarget
+	// Apply installs the complete rules found; normally
+	// (*extproc.Server).SetModelRewrites. It must leave the current table in
+	// force when it returns an error. Required.
+	Apply func(extproc.ModelRewriteRules) error
+	// Logger receives the source's logs. Nil discards them.
+	Logger *slog.Logger
+	// Debounce is how long to wait after a change before rebuilding.
+	// 0 means DefaultDebounce.
+	Debounce time.Duration
+}
+
+// RewriteSource keeps the server's model rewrite table in step with the
+// InferenceModelRewrites (inference.networking.x-k8s.io/v1alpha2) of one
+// InferencePool. Each rule's spec.rules[].matches[].model.value (type
+// Exact) names a requested model; spec.rules[].targets[] (modelRewrite,
+// weight) are the models it is served as, split by weight. A rule without
+// matches serves every model no exact rule names. Precedence is the API's:
+// an exact match before a rule without matches, then the oldest object
+// (creation time, then name), then the first rule of an object. A cluster
+// without the API is reported once and the source keeps checking. Build
+// one with NewRewriteSource, then call Run once.
+type RewriteSource struct {
+	cfg  RewriteConfig
+	log  *slog.Logger
+	inf  cache.SharedIndexInformer
+	kick chan struct{}
+
+	// mu guards started and reasons.
+	mu      sync.Mutex
+	started bool
+	// reasons are the list/watch failure reasons logged, each once.
+	reasons map[metav1.StatusReason]bool
+
+	// Owned by Run's goroutine.
+	applied    extproc.ModelRewriteRules
+	hasApplied bool
+	rejected   string
+	notes      map[string]string
+}
+
+// NewRewriteSource returns a source over the InferenceModelRewrites of the
+// pool cfg.Pool in cfg.Namespace, read through the dynamic client.
+func NewRewriteSource(cfg RewriteConfig, dyn dynamic.Interface) (*RewriteSource, error) {
+	var errs []error
+	if dyn == nil {
+		errs = append(errs, errors.New("kube: a dynamic client is required"))
+	}
+	if cfg.Apply == nil {
+		errs = append(errs, errors.New("kube: an apply function is required"))
+	}
+	if msgs := validation.IsDNS1123Label(cfg.Namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("kube: namespace %q: %s", cfg.Namespace, msgs[0]))
+	}
+	if msgs := validation.IsDNS1123Subdomain(cfg.Pool); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("kube: inference pool name %q: %s", cfg.Pool, msgs[0]))
+	}
+	if cfg.Debounce < 0 {
+		errs = append(errs, fmt.Errorf("kube: debounce %v is negative", cfg.Debounce))
+	}
+	if len(cfg.Explicit) > extproc.MaxModelRewrites {
+		errs = append(errs, fmt.Errorf("kube: %d explicit model rewrites exceed %d", len(cfg.Explicit), extproc.MaxModelRewrites))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if cfg.Debounce == 0 {
+		cfg.Debounce = DefaultDebounce
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &RewriteSource{cfg: cfg, log: log, kick: make(chan struct{}, 1), reasons: make(map[metav1.StatusReason]bool)}
+	api := dyn.Resource(InferenceModelRewriteGVR).Namespace(cfg.Namespace)
+	s.inf = newInformer(&unstructured.Unstructured{},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return api.List(ctx, o) },
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return api.Watch(ctx, o) })
+	kick := func() {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := s.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { kick() },
+		UpdateFunc: func(any, any) { kick() },
+		DeleteFunc: func(any) { kick() },
+	}); err != nil {
+		return nil, fmt.Errorf("kube: inferencemodelrewrites informer: %w", err)
+	}
+	if err := s.inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) { s.listFailed(err) }); err != nil {
+		return nil, fmt.Errorf("kube: inferencemodelrewrites informer: %w", err)
+	}
+	return s, nil
+}
+
+// listFailed logs a list or watch failure once per reason.
+func (s *RewriteSource) listFailed(err error) {
+	if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return // a watch ended normally; the reflector resumes it
+	}
+	reason := apierrors.ReasonForError(err)
+	s.mu.Lock()
+	seen := s.reasons[reason]
+	s.reasons[reason] = true
+	s.mu.Unlock()
+	if seen {
+		return
+	}
+	const resource = "inferencemodelrewrites.inference.networking.x-k8s.io/v1alpha2"
+	switch {
+	case apierrors.IsNotFound(err):
+		s.log.Warn("the InferenceModelRewrite API is not installed: model rewrites come from --model-rewrite only; it is checked again and read once installed",
+			"resource", resource)
+	case apierrors.IsForbidden(err):
+		s.log.Warn("not allowed to list InferenceModelRewrites (the Role needs list and watch on them): model rewrites come from --model-rewrite only; retrying",
+			"resource", resource, "error", err)
+	default:
+		s.log.Warn("listing InferenceModelRewrites failed; retrying (further failures of this kind are not logged)", "resource", resource, "error", err)
+	}
+}
+
+// Run starts the informer and, once its cache is complete, applies the
+// rules and then every change until ctx ends. Until then (for example
+// while the API is not installed) nothing is applied and the server keeps
+// the --model-rewrite table. It returns nil once ctx has ended and the
+// informer has stopped, and an error only when called twice.
+func (s *RewriteSource) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("kube: rewrite source Run called twice")
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { s.inf.RunWithContext(ctx) })
+	if !cache.WaitForCacheSync(ctx.Done(), s.inf.HasSynced) {
+		return nil // ctx ended first
+	}
+	s.log.Info("InferenceModelRewrites cache ready", "namespace", s.cfg.Namespace, "pool", s.cfg.Pool)
+	select { // the cache is complete: one sync covers every earlier kick
+	case <-s.kick:
+	default:
+	}
+	s.sync()
+	t := time.NewTimer(s.cfg.Debounce)
+	t.Stop()
+	defer t.Stop()
+	armed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.kick:
+			if !armed {
+				t.Reset(s.cfg.Debounce)
+				armed = true
+			}
+		case <-t.C:
+			armed = false
+			s.sync()
+		}
+	}
+}
+
+// sync builds the rules and applies them when they differ from the ones
+// in force.
+func (s *RewriteSource) sync() {
+	found, notes := s.build()
+	s.report(notes)
+	if s.hasApplied && sameRules(found, s.applied) {
+		return
+	}
+	if err := s.cfg.Apply(found); err != nil {
+		if text := err.Error(); text != s.rejected {
+			s.rejected = text
+			s.log.Error("model rewrites rejected; keeping the current ones", "error", text)
+		}
+		return
+	}
+	s.log.Info("model rewrites updated from InferenceModelRewrites", "models", len(found.Exact),
+		"first", firstNames(slices.Sorted(maps.Keys(found.Exact))), "other_models_rewritten", found.Other != nil)
+	s.applied, s.hasApplied, s.rejected = found, true, ""
+}
+
+func sameRules(a, b extproc.ModelRewriteRules) bool {
+	return slices.Equal(a.Other, b.Other) && (a.Other == nil) == (b.Other == nil) &&
+		maps.EqualFunc(a.Exact, b.Exact, slices.Equal)
+}
+
+// build reads the cache and resolves the rules of the pool's objects by
+// precedence. notes say what was ignored and why.
+func (s *RewriteSource) build() (extproc.ModelRewriteRules, map[string]string) {
+	notes := make(map[string]string)
+	var objs []*unstructured.Unstructured
+	for _, obj := range s.inf.GetStore().List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || u.GetNamespace() != s.cfg.Namespace || u.GetDeletionTimestamp() != nil {
+			continue // a deleted object no longer rewrites, even while finalizers hold it
+		}
+		if ref, _, _ := unstructured.NestedString(u.Object, "spec", "poolRef", "name"); ref != s.cfg.Pool {
+			continue // another pool's rewrite
+		}
+		objs = append(objs, u)
+	}
+	// The oldest object first; the name breaks ties of the same second.
+	slices.SortFunc(objs, func(a, b *unstructured.Unstructured) int {
+		if c := a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.GetName(), b.GetName())
+	})
+	found := extproc.ModelRewriteRules{Exact: make(map[string][]extproc.RewriteTarget)}
+	source := make(map[string]string) // model name -> the rule that rewrites it
+	otherFrom := ""
+	for _, u := range objs {
+		subject := "InferenceModelRewrite " + s.cfg.Namespace + "/" + u.GetName()
+		r, err := decodeRewrite(u)
+		if err != nil {
+			notes[subject] = "ignored: " + err.Error()
+			continue
+		}
+		if r.refProblem != "" {
+			notes[subject] = "ignored: " + r.refProblem
+			continue
+		}
+		var problems []string
+		for i, rule := range r.Spec.Rules {
+			where := fmt.Sprintf("%s rule %d", u.GetName(), i)
+			targets, problem := rewriteTargets(rule.Targets)
+			if targets == nil {
+				problems = append(problems, fmt.Sprintf("rule %d ignored: %s", i, problem))
+				continue
+			}
+			if problem != "" {
+				problems = append(problems, fmt.Sprintf("rule %d: %s", i, problem))
+			}
+			if len(rule.Matches) == 0 {
+				if found.Other != nil {
+					problems = append(problems, fmt.Sprintf("rule %d (no matches) shadowed by %s", i, otherFrom))
+					continue
+				}
+				found.Other, otherFrom = targets, where
+				continue
+			}
+			for j, m := range rule.Matches {
+				name := m.Model.Value
+				switch {
+				case m.Model.Type != "" && m.Model.Type != "Exact":
+					problems = append(problems, fmt.Sprintf("rule %d match %d ignored: type %q (only Exact is supported)", i, j, m.Model.Type))
+				case name == "" || len(name) > openai.MaxModelNameBytes:
+					problems = append(problems, fmt.Sprintf("rule %d match %d ignored: model name of %d bytes (want 1 to %d)", i, j, len(name), openai.MaxModelNameBytes))
+				case s.cfg.Explicit[name] != nil:
+					problems = append(problems, fmt.Sprintf("rule %d for %q ignored: --model-rewrite sets it", i, name))
+				case source[name] != "":
+					if source[name] != where {
+						problems = append(problems, fmt.Sprintf("rule %d for %q shadowed by %s", i, name, source[name]))
+					}
+				default:
+					found.Exact[name], source[name] = targets, where
+				}
+			}
+		}
+		if len(problems) > 0 {
+			notes[subject] = strings.Join(problems, "; ")
+		}
+	}
+	if limit := extproc.MaxModelRewrites - len(s.cfg.Explicit); len(found.Exact) > limit {
+		names := slices.Sorted(maps.Keys(found.Exact))
+		dropped := names[limit:]
+		for _, n := range dropped {
+			delete(found.Exact, n)
+		}
+		first := dropped[:min(len(dropped), 5)]
+		notes["InferenceModelRewrites of pool "+s.cfg.Namespace+"/"+s.cfg.Pool] = fmt.Sprintf(
+			"%d model names past the limit of %d rewrites ignored (by name order; first: %s)", len(dropped), extproc.MaxModelRewrites, strings.Join(first, ", "))
+	}
+	return found, notes
+}
+
+// rewriteTargets turns a rule's targets into weighted targets, or returns
+// nil and why the rule cannot be used. As the API says, weights are set
+// on every target or on none (then they split evenly); a target without a
+// weight next to weighted ones never receives requests, as in the peer's
+// picker, and the second result says so.
+func rewriteTargets(ts []rewriteTarget) ([]extproc.RewriteTarget, string) {
+	if len(ts) == 0 {
+		return nil, "no targets"
+	}
+	if len(ts) > extproc.MaxRewriteTargets {
+		return nil, fmt.Sprintf("%d targets exceed %d", len(ts), extproc.MaxRewriteTargets)
+	}
+	weighted := slices.ContainsFunc(ts, func(t rewriteTarget) bool { return t.Weight != 0 })
+	var out []extproc.RewriteTarget
+	unweighted := 0
+	for _, t := range ts {
+		if t.ModelRewrite == "" || len(t.ModelRewrite) > openai.MaxModelNameBytes {
+			return nil, fmt.Sprintf("target model name of %d bytes (want 1 to %d)", len(t.ModelRewrite), openai.MaxModelNameBytes)
+		}
+		w := t.Weight
+		switch {
+		case !weighted:
+			w = 1
+		case w == 0:
+			unweighted++
+			continue
+		case w < 1 || w > extproc.MaxRewriteWeight:
+			return nil, fmt.Sprintf("target %q weight %d (want 1 to %d)", t.ModelRewrite, w, extproc.MaxRewriteWeight)
+		}
+		out = append(out, extproc.RewriteTarget{Model: t.ModelRewrite, Weight: uint32(w)})
+	}
+	if unweighted > 0 {
+		return out, fmt.Sprintf("%d targets without a weight next to weighted ones receive no requests (set a weight on every target or on none)", unweighted)
+	}
+	return out, ""
+}
+
+// report logs each note that is new or changed since the last build.
+func (s *RewriteSource) report(notes map[string]string) {
+	for _, subject := range slices.Sorted(maps.Keys(notes)) {
+		if msg := notes[subject]; s.notes[subject] != msg {
+			s.log.Warn("InferenceModelRewrite problem", "subject", subject, "problem", msg)
+		}
+	}
+	for subject := range s.notes {
+		if _, ok := notes[subject]; !ok {
+			s.log.Info("problem resolved", "subject", subject)
+		}
+	}
+	s.notes = notes
+}
+
+// rewriteObject is the part of an InferenceModelRewrite that tollgate
+// reads. Other fields, present or future, are ignored.
+type rewriteObject struct {
+	Spec struct {
+		PoolRef struct {
+			Group string `json:"group"`
+			Kind  string `json:"kind"`
+		} `json:"poolRef"`
+		Rules []struct {
+			Matches []struct {
+				Model struct {
+					Type  string `json:"type"`
+					Value string `json:"value"`
+				} `json:"model"`
+			} `json:"matches"`
+			Targets []rewriteTarget `json:"targets"`
+		} `json:"rules"`
+	} `json:"spec"`
+	// refProblem says why a poolRef that names the pool's name does not
+	// refer to the InferencePool tollgate follows; empty when it does.
+	refProblem string
+}
+
+type rewriteTarget struct {
+	ModelRewrite string `json:"modelRewrite"`
+	Weight       int64  `json:"weight"`
+}
+
+// decodeRewrite reads spec.poolRef and spec.rules.
+func decodeRewrite(u *unstructured.Unstructured) (*rewriteObject, error) {
+	data, err := json.Marshal(u.Object)
+	if err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	var r rewriteObject
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	ref := r.Spec.PoolRef
+	if g := cmpOr(ref.Group, poolRefGroup); g != poolRefGroup {
+		r.refProblem = fmt.Sprintf("spec.poolRef.group is %q, not %s (the InferencePool API tollgate follows)", g, poolRefGroup)
+	}
+	if k := cmpOr(ref.Kind, poolRefKind); k != poolRefKind {
+		r.refProblem = fmt.Sprintf("spec.poolRef.kind is %q, not %s", k, poolRefKind)
+	}
+	return &r, nil
+}
