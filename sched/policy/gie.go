@@ -73,13 +73,22 @@ func FairnessKey(mode FairnessMode, lookup Lookup, tenant string) (string, error
 	case FairnessTenant:
 		return tenant, nil
 	}
-	for _, name := range []string{HeaderFairnessID, HeaderFairnessIDLegacy} {
+	v, err := flowHeader(lookup, HeaderFairnessID, HeaderFairnessIDLegacy)
+	if err != nil || v == "" {
+		return tenant, err
+	}
+	return v, nil
+}
+
+// flowHeader returns the first non-empty (trimmed) value of the headers
+// names, checked by checkFlowValue; "" when none is sent.
+func flowHeader(lookup Lookup, names ...string) (string, error) {
+	for _, name := range names {
 		v, ok := lookup(name)
 		if !ok {
 			continue
 		}
-		v = trimASCIISpace(v)
-		if v == "" {
+		if v = trimASCIISpace(v); v == "" {
 			continue
 		}
 		if err := checkFlowValue(name, v); err != nil {
@@ -87,7 +96,7 @@ func FairnessKey(mode FairnessMode, lookup Lookup, tenant string) (string, error
 		}
 		return v, nil
 	}
-	return tenant, nil
+	return "", nil
 }
 
 // checkFlowValue bounds a client-supplied fairness-id or objective value.
@@ -139,22 +148,12 @@ func (o Objectives) Objective(lookup Lookup) (p sched.Priority, found bool, err 
 	if len(o) == 0 {
 		return 0, false, nil
 	}
-	for _, name := range []string{HeaderObjective, HeaderObjectiveLegacy} {
-		v, ok := lookup(name)
-		if !ok {
-			continue
-		}
-		v = trimASCIISpace(v)
-		if v == "" {
-			continue
-		}
-		if err := checkFlowValue(name, v); err != nil {
-			return 0, false, err
-		}
-		p, ok := o[v]
-		return p, ok, nil
+	v, err := flowHeader(lookup, HeaderObjective, HeaderObjectiveLegacy)
+	if err != nil || v == "" {
+		return 0, false, err
 	}
-	return 0, false, nil
+	p, found = o[v]
+	return p, found, nil
 }
 
 // MaxObjectives bounds the objective names one mapping holds: the
