@@ -319,11 +319,7 @@ func startDiscovery(ctx context.Context, o *options, explicit policy.Objectives,
 	if err != nil {
 		return err
 	}
-	objectives, err := d.objectiveSource(cfg, explicit, srv, log)
-	if err != nil {
-		return err
-	}
-	rewriteSrc, err := d.rewriteSource(cfg, rewrites, srv, log)
+	poolObjects, err := d.poolObjectSources(cfg, explicit, rewrites, srv, log)
 	if err != nil {
 		return err
 	}
@@ -341,11 +337,8 @@ func startDiscovery(ctx context.Context, o *options, explicit policy.Objectives,
 	if src != nil {
 		wg.Go(func() { _ = src.Run(ctx) })
 	}
-	if objectives != nil {
-		wg.Go(func() { _ = objectives.Run(ctx) })
-	}
-	if rewriteSrc != nil {
-		wg.Go(func() { _ = rewriteSrc.Run(ctx) })
+	for _, o := range poolObjects {
+		wg.Go(func() { _ = o.Run(ctx) })
 	}
 	if el != nil {
 		// On SIGTERM or SIGINT the leader releases the Lease at once, so a
@@ -413,9 +406,10 @@ func (d *discoveryOptions) source(cfg *rest.Config, client kubernetes.Interface,
 	return nil, fmt.Errorf("--discovery: unknown source %q", d.mode)
 }
 
-// objectiveSource builds the InferenceObjective source of inferencepool
-// discovery, or nil in the other modes.
-func (d *discoveryOptions) objectiveSource(cfg *rest.Config, explicit policy.Objectives, srv *extproc.Server, log *slog.Logger) (*kube.ObjectiveSource, error) {
+// poolObjectSources builds the InferenceObjective and
+// InferenceModelRewrite sources of inferencepool discovery, or none in the
+// other modes.
+func (d *discoveryOptions) poolObjectSources(cfg *rest.Config, explicit policy.Objectives, rewrites map[string][]extproc.RewriteTarget, srv *extproc.Server, log *slog.Logger) ([]interface{ Run(context.Context) error }, error) {
 	if d.mode != discoveryInferencePool {
 		return nil, nil
 	}
@@ -427,36 +421,18 @@ func (d *discoveryOptions) objectiveSource(cfg *rest.Config, explicit policy.Obj
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes dynamic client: %w", err)
 	}
-	return kube.NewObjectiveSource(kube.ObjectiveConfig{
-		Namespace: ns,
-		Pool:      name,
-		Explicit:  explicit,
-		Apply:     srv.SetObjectives,
-		Logger:    log.With("component", "discovery", "source", "inferenceobjectives"),
-		Debounce:  d.debounce,
-	}, dyn)
-}
-
-// rewriteSource builds the InferenceModelRewrite source of inferencepool
-// discovery, or nil in the other modes.
-func (d *discoveryOptions) rewriteSource(cfg *rest.Config, explicit map[string][]extproc.RewriteTarget, srv *extproc.Server, log *slog.Logger) (*kube.RewriteSource, error) {
-	if d.mode != discoveryInferencePool {
-		return nil, nil
+	logger := func(resource string) *slog.Logger {
+		return log.With("component", "discovery", "source", resource)
 	}
-	ns, name, err := splitRef("--pool", d.pool)
+	objectives, err := kube.NewObjectiveSource(kube.ObjectiveConfig{Namespace: ns, Pool: name, Explicit: explicit,
+		Apply: srv.SetObjectives, Logger: logger("inferenceobjectives"), Debounce: d.debounce}, dyn)
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	rewriteSrc, err := kube.NewRewriteSource(kube.RewriteConfig{Namespace: ns, Pool: name, Explicit: rewrites,
+		Apply: srv.SetModelRewrites, Logger: logger("inferencemodelrewrites"), Debounce: d.debounce}, dyn)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes dynamic client: %w", err)
+		return nil, err
 	}
-	return kube.NewRewriteSource(kube.RewriteConfig{
-		Namespace: ns,
-		Pool:      name,
-		Explicit:  explicit,
-		Apply:     srv.SetModelRewrites,
-		Logger:    log.With("component", "discovery", "source", "inferencemodelrewrites"),
-		Debounce:  d.debounce,
-	}, dyn)
+	return []interface{ Run(context.Context) error }{objectives, rewriteSrc}, nil
 }

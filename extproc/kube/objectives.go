@@ -5,24 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -70,106 +62,39 @@ type ObjectiveConfig struct {
 // reported once and the source keeps checking; the worker sources do not
 // depend on it. Build one with NewObjectiveSource, then call Run once.
 type ObjectiveSource struct {
-	cfg  ObjectiveConfig
-	log  *slog.Logger
-	inf  cache.SharedIndexInformer
-	kick chan struct{}
-
-	// mu guards started and reasons.
-	mu      sync.Mutex
-	started bool
-	// reasons are the list/watch failure reasons logged, each once.
-	reasons map[metav1.StatusReason]bool
-
-	// Owned by Run's goroutine.
-	applied    policy.Objectives
-	hasApplied bool
-	rejected   string
-	notes      map[string]string
+	cfg ObjectiveConfig
+	w   *poolWatch[policy.Objectives]
 }
 
 // NewObjectiveSource returns a source over the InferenceObjectives of the
 // pool cfg.Pool in cfg.Namespace, read through the dynamic client.
 func NewObjectiveSource(cfg ObjectiveConfig, dyn dynamic.Interface) (*ObjectiveSource, error) {
-	var errs []error
-	if dyn == nil {
-		errs = append(errs, errors.New("kube: a dynamic client is required"))
-	}
-	if cfg.Apply == nil {
-		errs = append(errs, errors.New("kube: an apply function is required"))
-	}
-	if msgs := validation.IsDNS1123Label(cfg.Namespace); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("kube: namespace %q: %s", cfg.Namespace, msgs[0]))
-	}
-	if msgs := validation.IsDNS1123Subdomain(cfg.Pool); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("kube: inference pool name %q: %s", cfg.Pool, msgs[0]))
-	}
-	if cfg.Debounce < 0 {
-		errs = append(errs, fmt.Errorf("kube: debounce %v is negative", cfg.Debounce))
-	}
+	errs := checkWatchConfig(dyn, cfg.Apply != nil, cfg.Namespace, cfg.Pool, cfg.Debounce)
 	if err := cfg.Explicit.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("kube: explicit objectives: %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if cfg.Debounce == 0 {
-		cfg.Debounce = DefaultDebounce
+	s := &ObjectiveSource{cfg: cfg}
+	w, err := newPoolWatch(watchConfig[policy.Objectives]{
+		gvr: InferenceObjectiveGVR, kind: "InferenceObjective", source: "objective source",
+		what: "objective classes", flag: "--objective-class",
+		namespace: cfg.Namespace, pool: cfg.Pool, debounce: cfg.Debounce, log: cfg.Logger,
+		build: s.build,
+		equal: func(a, b policy.Objectives) bool { return maps.Equal(a, b) },
+		apply: cfg.Apply,
+		updated: func(log *slog.Logger, old, cur policy.Objectives) {
+			added, removed, changed := diffObjectives(old, cur)
+			log.Info("objective classes updated from InferenceObjectives", "objectives", len(cur),
+				"added", firstNames(added), "removed", firstNames(removed), "changed", firstNames(changed))
+		},
+	}, dyn)
+	if err != nil {
+		return nil, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &ObjectiveSource{cfg: cfg, log: log, kick: make(chan struct{}, 1), reasons: make(map[metav1.StatusReason]bool)}
-	api := dyn.Resource(InferenceObjectiveGVR).Namespace(cfg.Namespace)
-	s.inf = newInformer(&unstructured.Unstructured{},
-		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return api.List(ctx, o) },
-		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return api.Watch(ctx, o) })
-	kick := func() {
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := s.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { kick() },
-		UpdateFunc: func(any, any) { kick() },
-		DeleteFunc: func(any) { kick() },
-	}); err != nil {
-		return nil, fmt.Errorf("kube: inferenceobjectives informer: %w", err)
-	}
-	if err := s.inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) { s.listFailed(err) }); err != nil {
-		return nil, fmt.Errorf("kube: inferenceobjectives informer: %w", err)
-	}
+	s.w = w
 	return s, nil
-}
-
-// listFailed logs a list or watch failure once per reason: a cluster
-// without the InferenceObjective API, or without the RBAC rule to read it,
-// would otherwise log on every retry.
-func (s *ObjectiveSource) listFailed(err error) {
-	if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-		return // a watch ended normally; the reflector resumes it
-	}
-	reason := apierrors.ReasonForError(err)
-	s.mu.Lock()
-	seen := s.reasons[reason]
-	s.reasons[reason] = true
-	s.mu.Unlock()
-	if seen {
-		return
-	}
-	const resource = "inferenceobjectives.inference.networking.x-k8s.io/v1alpha2"
-	switch {
-	case apierrors.IsNotFound(err):
-		s.log.Warn("the InferenceObjective API is not installed: objective classes come from --objective-class only; it is checked again and read once installed",
-			"resource", resource)
-	case apierrors.IsForbidden(err):
-		s.log.Warn("not allowed to list InferenceObjectives (the Role needs list and watch on them): objective classes come from --objective-class only; retrying",
-			"resource", resource, "error", err)
-	default:
-		s.log.Warn("listing InferenceObjectives failed; retrying (further failures of this kind are not logged)", "resource", resource, "error", err)
-	}
 }
 
 // Run starts the informer and, once its cache is complete, applies the
@@ -177,82 +102,15 @@ func (s *ObjectiveSource) listFailed(err error) {
 // while the API is not installed) nothing is applied and the server keeps
 // the --objective-class mapping. It returns nil once ctx has ended and the
 // informer has stopped, and an error only when called twice.
-func (s *ObjectiveSource) Run(ctx context.Context) error {
-	s.mu.Lock()
-	if s.started {
-		s.mu.Unlock()
-		return errors.New("kube: objective source Run called twice")
-	}
-	s.started = true
-	s.mu.Unlock()
+func (s *ObjectiveSource) Run(ctx context.Context) error { return s.w.run(ctx) }
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { s.inf.RunWithContext(ctx) })
-	if !cache.WaitForCacheSync(ctx.Done(), s.inf.HasSynced) {
-		return nil // ctx ended first
-	}
-	s.log.Info("InferenceObjectives cache ready", "namespace", s.cfg.Namespace, "pool", s.cfg.Pool)
-	select { // the cache is complete: one sync covers every earlier kick
-	case <-s.kick:
-	default:
-	}
-	s.sync()
-	t := time.NewTimer(s.cfg.Debounce)
-	t.Stop()
-	defer t.Stop()
-	armed := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.kick:
-			if !armed {
-				t.Reset(s.cfg.Debounce)
-				armed = true
-			}
-		case <-t.C:
-			armed = false
-			s.sync()
-		}
-	}
-}
-
-// sync builds the mapping and applies it when it differs from the one in
-// force.
-func (s *ObjectiveSource) sync() {
-	found, notes := s.build()
-	s.report(notes)
-	if s.hasApplied && maps.Equal(found, s.applied) {
-		return
-	}
-	if err := s.cfg.Apply(found); err != nil {
-		if text := err.Error(); text != s.rejected {
-			s.rejected = text
-			s.log.Error("objective classes rejected; keeping the current ones", "error", text)
-		}
-		return
-	}
-	added, removed, changed := diffObjectives(s.applied, found)
-	s.log.Info("objective classes updated from InferenceObjectives", "objectives", len(found),
-		"added", firstNames(added), "removed", firstNames(removed), "changed", firstNames(changed))
-	s.applied, s.hasApplied, s.rejected = found, true, ""
-}
-
-// build reads the cache: every object whose poolRef names the pool gives
-// its name a class, except names --objective-class sets and objects past
-// the bound. notes say what was ignored and why.
-func (s *ObjectiveSource) build() (policy.Objectives, map[string]string) {
+// build maps the pool's objects: each gives its name a class, except
+// names --objective-class sets and objects past the bound. notes say what
+// was ignored and why.
+func (s *ObjectiveSource) build(objs []*unstructured.Unstructured) (policy.Objectives, map[string]string) {
 	notes := make(map[string]string)
 	found := make(policy.Objectives)
-	for _, obj := range s.inf.GetStore().List() {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok || u.GetNamespace() != s.cfg.Namespace || u.GetDeletionTimestamp() != nil {
-			continue // a deleted object no longer maps, even while finalizers hold it
-		}
-		if ref, _, _ := unstructured.NestedString(u.Object, "spec", "poolRef", "name"); ref != s.cfg.Pool {
-			continue // another pool's objective
-		}
+	for _, u := range objs {
 		name := u.GetName()
 		subject := "InferenceObjective " + s.cfg.Namespace + "/" + name
 		o, err := decodeObjective(u)
@@ -288,21 +146,6 @@ func (s *ObjectiveSource) build() (policy.Objectives, map[string]string) {
 			"%d objects past the limit of %d objective names ignored (by name order; first: %s)", len(dropped), policy.MaxObjectives, strings.Join(first, ", "))
 	}
 	return found, notes
-}
-
-// report logs each note that is new or changed since the last build.
-func (s *ObjectiveSource) report(notes map[string]string) {
-	for _, subject := range slices.Sorted(maps.Keys(notes)) {
-		if msg := notes[subject]; s.notes[subject] != msg {
-			s.log.Warn("InferenceObjective problem", "subject", subject, "problem", msg)
-		}
-	}
-	for subject := range s.notes {
-		if _, ok := notes[subject]; !ok {
-			s.log.Info("problem resolved", "subject", subject)
-		}
-	}
-	s.notes = notes
 }
 
 // objectiveObject is the part of an InferenceObjective that tollgate

@@ -6,23 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/openai"
@@ -66,104 +58,38 @@ type RewriteConfig struct {
 // without the API is reported once and the source keeps checking. Build
 // one with NewRewriteSource, then call Run once.
 type RewriteSource struct {
-	cfg  RewriteConfig
-	log  *slog.Logger
-	inf  cache.SharedIndexInformer
-	kick chan struct{}
-
-	// mu guards started and reasons.
-	mu      sync.Mutex
-	started bool
-	// reasons are the list/watch failure reasons logged, each once.
-	reasons map[metav1.StatusReason]bool
-
-	// Owned by Run's goroutine.
-	applied    extproc.ModelRewriteRules
-	hasApplied bool
-	rejected   string
-	notes      map[string]string
+	cfg RewriteConfig
+	w   *poolWatch[extproc.ModelRewriteRules]
 }
 
 // NewRewriteSource returns a source over the InferenceModelRewrites of the
 // pool cfg.Pool in cfg.Namespace, read through the dynamic client.
 func NewRewriteSource(cfg RewriteConfig, dyn dynamic.Interface) (*RewriteSource, error) {
-	var errs []error
-	if dyn == nil {
-		errs = append(errs, errors.New("kube: a dynamic client is required"))
-	}
-	if cfg.Apply == nil {
-		errs = append(errs, errors.New("kube: an apply function is required"))
-	}
-	if msgs := validation.IsDNS1123Label(cfg.Namespace); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("kube: namespace %q: %s", cfg.Namespace, msgs[0]))
-	}
-	if msgs := validation.IsDNS1123Subdomain(cfg.Pool); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("kube: inference pool name %q: %s", cfg.Pool, msgs[0]))
-	}
-	if cfg.Debounce < 0 {
-		errs = append(errs, fmt.Errorf("kube: debounce %v is negative", cfg.Debounce))
-	}
+	errs := checkWatchConfig(dyn, cfg.Apply != nil, cfg.Namespace, cfg.Pool, cfg.Debounce)
 	if len(cfg.Explicit) > extproc.MaxModelRewrites {
 		errs = append(errs, fmt.Errorf("kube: %d explicit model rewrites exceed %d", len(cfg.Explicit), extproc.MaxModelRewrites))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if cfg.Debounce == 0 {
-		cfg.Debounce = DefaultDebounce
+	s := &RewriteSource{cfg: cfg}
+	w, err := newPoolWatch(watchConfig[extproc.ModelRewriteRules]{
+		gvr: InferenceModelRewriteGVR, kind: "InferenceModelRewrite", source: "rewrite source",
+		what: "model rewrites", flag: "--model-rewrite",
+		namespace: cfg.Namespace, pool: cfg.Pool, debounce: cfg.Debounce, log: cfg.Logger,
+		build: s.build,
+		equal: sameRules,
+		apply: cfg.Apply,
+		updated: func(log *slog.Logger, _, cur extproc.ModelRewriteRules) {
+			log.Info("model rewrites updated from InferenceModelRewrites", "models", len(cur.Exact),
+				"first", firstNames(slices.Sorted(maps.Keys(cur.Exact))), "other_models_rewritten", cur.Other != nil)
+		},
+	}, dyn)
+	if err != nil {
+		return nil, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &RewriteSource{cfg: cfg, log: log, kick: make(chan struct{}, 1), reasons: make(map[metav1.StatusReason]bool)}
-	api := dyn.Resource(InferenceModelRewriteGVR).Namespace(cfg.Namespace)
-	s.inf = newInformer(&unstructured.Unstructured{},
-		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return api.List(ctx, o) },
-		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return api.Watch(ctx, o) })
-	kick := func() {
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := s.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { kick() },
-		UpdateFunc: func(any, any) { kick() },
-		DeleteFunc: func(any) { kick() },
-	}); err != nil {
-		return nil, fmt.Errorf("kube: inferencemodelrewrites informer: %w", err)
-	}
-	if err := s.inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) { s.listFailed(err) }); err != nil {
-		return nil, fmt.Errorf("kube: inferencemodelrewrites informer: %w", err)
-	}
+	s.w = w
 	return s, nil
-}
-
-// listFailed logs a list or watch failure once per reason.
-func (s *RewriteSource) listFailed(err error) {
-	if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-		return // a watch ended normally; the reflector resumes it
-	}
-	reason := apierrors.ReasonForError(err)
-	s.mu.Lock()
-	seen := s.reasons[reason]
-	s.reasons[reason] = true
-	s.mu.Unlock()
-	if seen {
-		return
-	}
-	const resource = "inferencemodelrewrites.inference.networking.x-k8s.io/v1alpha2"
-	switch {
-	case apierrors.IsNotFound(err):
-		s.log.Warn("the InferenceModelRewrite API is not installed: model rewrites come from --model-rewrite only; it is checked again and read once installed",
-			"resource", resource)
-	case apierrors.IsForbidden(err):
-		s.log.Warn("not allowed to list InferenceModelRewrites (the Role needs list and watch on them): model rewrites come from --model-rewrite only; retrying",
-			"resource", resource, "error", err)
-	default:
-		s.log.Warn("listing InferenceModelRewrites failed; retrying (further failures of this kind are not logged)", "resource", resource, "error", err)
-	}
 }
 
 // Run starts the informer and, once its cache is complete, applies the
@@ -171,87 +97,17 @@ func (s *RewriteSource) listFailed(err error) {
 // while the API is not installed) nothing is applied and the server keeps
 // the --model-rewrite table. It returns nil once ctx has ended and the
 // informer has stopped, and an error only when called twice.
-func (s *RewriteSource) Run(ctx context.Context) error {
-	s.mu.Lock()
-	if s.started {
-		s.mu.Unlock()
-		return errors.New("kube: rewrite source Run called twice")
-	}
-	s.started = true
-	s.mu.Unlock()
-
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { s.inf.RunWithContext(ctx) })
-	if !cache.WaitForCacheSync(ctx.Done(), s.inf.HasSynced) {
-		return nil // ctx ended first
-	}
-	s.log.Info("InferenceModelRewrites cache ready", "namespace", s.cfg.Namespace, "pool", s.cfg.Pool)
-	select { // the cache is complete: one sync covers every earlier kick
-	case <-s.kick:
-	default:
-	}
-	s.sync()
-	t := time.NewTimer(s.cfg.Debounce)
-	t.Stop()
-	defer t.Stop()
-	armed := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.kick:
-			if !armed {
-				t.Reset(s.cfg.Debounce)
-				armed = true
-			}
-		case <-t.C:
-			armed = false
-			s.sync()
-		}
-	}
-}
-
-// sync builds the rules and applies them when they differ from the ones
-// in force.
-func (s *RewriteSource) sync() {
-	found, notes := s.build()
-	s.report(notes)
-	if s.hasApplied && sameRules(found, s.applied) {
-		return
-	}
-	if err := s.cfg.Apply(found); err != nil {
-		if text := err.Error(); text != s.rejected {
-			s.rejected = text
-			s.log.Error("model rewrites rejected; keeping the current ones", "error", text)
-		}
-		return
-	}
-	s.log.Info("model rewrites updated from InferenceModelRewrites", "models", len(found.Exact),
-		"first", firstNames(slices.Sorted(maps.Keys(found.Exact))), "other_models_rewritten", found.Other != nil)
-	s.applied, s.hasApplied, s.rejected = found, true, ""
-}
+func (s *RewriteSource) Run(ctx context.Context) error { return s.w.run(ctx) }
 
 func sameRules(a, b extproc.ModelRewriteRules) bool {
 	return slices.Equal(a.Other, b.Other) && (a.Other == nil) == (b.Other == nil) &&
 		maps.EqualFunc(a.Exact, b.Exact, slices.Equal)
 }
 
-// build reads the cache and resolves the rules of the pool's objects by
-// precedence. notes say what was ignored and why.
-func (s *RewriteSource) build() (extproc.ModelRewriteRules, map[string]string) {
+// build resolves the rules of the pool's objects by precedence. notes
+// say what was ignored and why.
+func (s *RewriteSource) build(objs []*unstructured.Unstructured) (extproc.ModelRewriteRules, map[string]string) {
 	notes := make(map[string]string)
-	var objs []*unstructured.Unstructured
-	for _, obj := range s.inf.GetStore().List() {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok || u.GetNamespace() != s.cfg.Namespace || u.GetDeletionTimestamp() != nil {
-			continue // a deleted object no longer rewrites, even while finalizers hold it
-		}
-		if ref, _, _ := unstructured.NestedString(u.Object, "spec", "poolRef", "name"); ref != s.cfg.Pool {
-			continue // another pool's rewrite
-		}
-		objs = append(objs, u)
-	}
 	// The oldest object first; the name breaks ties of the same second.
 	slices.SortFunc(objs, func(a, b *unstructured.Unstructured) int {
 		if c := a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time); c != 0 {
@@ -362,21 +218,6 @@ func rewriteTargets(ts []rewriteTarget) ([]extproc.RewriteTarget, string) {
 		return out, fmt.Sprintf("%d targets without a weight next to weighted ones receive no requests (set a weight on every target or on none)", unweighted)
 	}
 	return out, ""
-}
-
-// report logs each note that is new or changed since the last build.
-func (s *RewriteSource) report(notes map[string]string) {
-	for _, subject := range slices.Sorted(maps.Keys(notes)) {
-		if msg := notes[subject]; s.notes[subject] != msg {
-			s.log.Warn("InferenceModelRewrite problem", "subject", subject, "problem", msg)
-		}
-	}
-	for subject := range s.notes {
-		if _, ok := notes[subject]; !ok {
-			s.log.Info("problem resolved", "subject", subject)
-		}
-	}
-	s.notes = notes
 }
 
 // rewriteObject is the part of an InferenceModelRewrite that tollgate
