@@ -172,7 +172,7 @@ func TestEndToEnd_RoutingFollowsEndpointSlices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src)
+	runWorkerSource(t, src)
 	rec.await(t, "llm/p0@"+addr0+" llm/p1@"+addr1)
 	if !s.srv.Ready() {
 		t.Fatal("server not ready with two workers")
@@ -290,7 +290,7 @@ func TestEndToEnd_InferencePool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src)
+	runWorkerSource(t, src)
 	deadline := time.Now().Add(5 * time.Second)
 	for !s.srv.Ready() {
 		if time.Now().After(deadline) {
@@ -354,7 +354,7 @@ func TestEndToEnd_LeaderFailover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runSource(t, src)
+		runWorkerSource(t, src)
 		el, err := NewElector(LeaderConfig{Client: client, Namespace: ns, Name: "tollgate", Identity: id, Activator: s.srv,
 			LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond})
 		if err != nil {

@@ -230,7 +230,7 @@ func startSliceSource(t *testing.T, sel SliceSelection, objs ...runtime.Object) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src)
+	runWorkerSource(t, src)
 	return e
 }
 

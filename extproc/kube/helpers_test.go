@@ -103,23 +103,10 @@ func summary(ws []extproc.Worker) string {
 	return strings.Join(parts, " ")
 }
 
-// runSource runs src until the test ends and checks that Run returns.
-func runSource(t *testing.T, src *Source) {
+// runWorkerSource runs src until the test ends and checks that Run returns.
+func runWorkerSource(t *testing.T, src *Source) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	})
+	runRun(t, src.Run)
 }
 
 // logBuffer is a slog handler target that tests can read.
@@ -197,4 +184,30 @@ var now = metav1.Now()
 
 func podCondition(typ corev1.PodConditionType) corev1.PodCondition {
 	return corev1.PodCondition{Type: typ, Status: corev1.ConditionTrue}
+}
+
+// runRun runs a source's Run until the test ends, or until the
+// returned stop is called; stop waits for Run to return, so everything
+// the source logged is written by then.
+func runRun(t *testing.T, run func(context.Context) error) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Error("Run did not return after cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }

@@ -87,22 +87,9 @@ func (r *objRecorder) await(t *testing.T, want policy.Objectives) {
 	}
 }
 
-func runObjectiveSource(t *testing.T, src *ObjectiveSource) {
+func runObjectiveSource(t *testing.T, src *ObjectiveSource) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	})
+	return runRun(t, src.Run)
 }
 
 func TestObjectiveSource_FollowsObjects(t *testing.T) {
@@ -128,7 +115,7 @@ func TestObjectiveSource_FollowsObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runObjectiveSource(t, src)
+	stop := runObjectiveSource(t, src)
 
 	// negative → bulk, 0 or unset → default, positive → interactive; the
 	// other pool's object and the flag's name are left out.
@@ -166,6 +153,7 @@ func TestObjectiveSource_FollowsObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.await(t, policy.Objectives{"chat": sched.PriorityBulk, "plain": sched.PriorityDefault, "zero": sched.PriorityDefault})
+	stop() // the update is logged after it is applied
 	if n := logs.count("objective classes updated"); n < 3 {
 		t.Errorf("%d updates logged, want at least 3:\n%s", n, logs)
 	}
@@ -222,7 +210,7 @@ func TestObjectiveSource_MissingAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, pools)
+	runWorkerSource(t, pools)
 	runObjectiveSource(t, objectives)
 	workers.await(t, "llm/a@10.0.0.1:8000")
 	eventually(t, 10*time.Second, "a retried list", func() bool { return lists.Load() >= 2 })
@@ -286,7 +274,7 @@ func TestEndToEnd_ObjectiveClasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, workers)
+	runWorkerSource(t, workers)
 	runObjectiveSource(t, objectives)
 	eventually(t, 5*time.Second, "the server ready", s.srv.Ready)
 	rec.await(t, policy.Objectives{"chat": sched.PriorityInteractive, "batch": sched.PriorityBulk})

@@ -114,7 +114,7 @@ func startPoolSource(t *testing.T, pools []runtime.Object, pods ...runtime.Objec
 	if err != nil {
 		t.Fatal(err)
 	}
-	runSource(t, src)
+	runWorkerSource(t, src)
 	return e
 }
 
