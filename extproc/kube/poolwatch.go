@@ -173,29 +173,8 @@ func (w *poolWatch[T]) run(ctx context.Context) error {
 		return nil // ctx ended first
 	}
 	w.log.Info(w.kind+"s cache ready", "namespace", w.namespace, "pool", w.pool)
-	select { // the cache is complete: one sync covers every earlier kick
-	case <-w.kick:
-	default:
-	}
-	w.sync()
-	t := time.NewTimer(w.debounce)
-	t.Stop()
-	defer t.Stop()
-	armed := false
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-w.kick:
-			if !armed {
-				t.Reset(w.debounce)
-				armed = true
-			}
-		case <-t.C:
-			armed = false
-			w.sync()
-		}
-	}
+	debounced(ctx, w.kick, w.debounce, w.sync)
+	return nil
 }
 
 // sync builds the value and applies it when it differs from the one in

@@ -52,12 +52,19 @@ type syncer struct {
 // run syncs once, then again debounce after each kick (kicks that arrive
 // in between are folded in), until ctx ends.
 func (s *syncer) run(ctx context.Context, kick <-chan struct{}) {
+	debounced(ctx, kick, s.debounce, s.sync)
+}
+
+// debounced calls sync once, then again debounce after each kick (kicks
+// that arrive in between are folded in), until ctx ends. Kicks that
+// arrived before the call are covered by the first sync.
+func debounced(ctx context.Context, kick <-chan struct{}, debounce time.Duration, sync func()) {
 	select { // the caches are complete: one sync covers every earlier kick
 	case <-kick:
 	default:
 	}
-	s.sync()
-	t := time.NewTimer(s.debounce)
+	sync()
+	t := time.NewTimer(debounce)
 	t.Stop()
 	defer t.Stop()
 	armed := false
@@ -67,12 +74,12 @@ func (s *syncer) run(ctx context.Context, kick <-chan struct{}) {
 			return
 		case <-kick:
 			if !armed {
-				t.Reset(s.debounce)
+				t.Reset(debounce)
 				armed = true
 			}
 		case <-t.C:
 			armed = false
-			s.sync()
+			sync()
 		}
 	}
 }
