@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -58,12 +59,8 @@ func (s *Server) SetModelRewrites(found ModelRewriteRules) error {
 // mergeRewrites lays the flag table over found and checks the result.
 func mergeRewrites(flags map[string][]RewriteTarget, found ModelRewriteRules) (*rewriteTable, error) {
 	t := &rewriteTable{exact: make(map[string][]RewriteTarget, len(flags)+len(found.Exact)), other: found.Other}
-	for from, ts := range found.Exact {
-		t.exact[from] = ts
-	}
-	for from, ts := range flags {
-		t.exact[from] = ts
-	}
+	maps.Copy(t.exact, found.Exact)
+	maps.Copy(t.exact, flags)
 	if err := validRewrites(t.exact); err != nil {
 		return nil, fmt.Errorf("extproc: model rewrites: %w", err)
 	}
