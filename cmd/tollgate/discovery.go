@@ -392,18 +392,26 @@ func (d *discoveryOptions) source(cfg *rest.Config, client kubernetes.Interface,
 		sc.Namespace = ns
 		return kube.NewEndpointSliceSource(sc, sel)
 	case discoveryInferencePool:
-		ns, name, err := splitRef("--pool", d.pool)
+		ns, name, dyn, err := d.poolClient(cfg)
 		if err != nil {
 			return nil, err
-		}
-		dyn, err := dynamic.NewForConfig(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("kubernetes dynamic client: %w", err)
 		}
 		sc.Namespace = ns
 		return kube.NewPoolSource(sc, dyn, name)
 	}
 	return nil, fmt.Errorf("--discovery: unknown source %q", d.mode)
+}
+
+// poolClient returns the --pool namespace and name, and a dynamic client
+// for the pool's custom resources.
+func (d *discoveryOptions) poolClient(cfg *rest.Config) (ns, name string, dyn dynamic.Interface, err error) {
+	if ns, name, err = splitRef("--pool", d.pool); err != nil {
+		return "", "", nil, err
+	}
+	if dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		return "", "", nil, fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	return ns, name, dyn, nil
 }
 
 // poolObjectSources builds the InferenceObjective and
@@ -413,13 +421,9 @@ func (d *discoveryOptions) poolObjectSources(cfg *rest.Config, explicit policy.O
 	if d.mode != discoveryInferencePool {
 		return nil, nil
 	}
-	ns, name, err := splitRef("--pool", d.pool)
+	ns, name, dyn, err := d.poolClient(cfg)
 	if err != nil {
 		return nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes dynamic client: %w", err)
 	}
 	logger := func(resource string) *slog.Logger {
 		return log.With("component", "discovery", "source", resource)
