@@ -29,7 +29,7 @@ func BenchmarkExchange_BufferedRequest(b *testing.B) {
 		x := newExchange(p, env, cfg.Logger, 1)
 		x.message(t0, hdr)
 		x.message(t0, body)
-		x.onTicket(t0, dispatched(false))
+		tell(x, t0, dispatched(false))
 		x.message(t0, rh)
 		x.message(t0, rb)
 		x.close(t0, errClientGone)

@@ -124,9 +124,6 @@ type GRPCConfig struct {
 type Config struct {
 	// Logger receives structured logs. Nil discards them.
 	Logger *slog.Logger
-	// Now is the shell's clock. Nil means time.Now. The scheduling core
-	// never reads a clock; every time it sees comes from here.
-	Now func() time.Time
 
 	// Sched configures the scheduling core: policy classes, priority
 	// admission, fallback capacity, block size (--block-size), selection.
@@ -248,9 +245,6 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	setDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 	setDefault(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)

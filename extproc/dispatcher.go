@@ -3,8 +3,9 @@ package extproc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/sched"
@@ -13,9 +14,8 @@ import (
 // scheduler is what the dispatcher needs from the scheduling core.
 type scheduler interface {
 	Submit(now time.Time, r sched.Request) []sched.Action
-	Cancel(now time.Time, id uint64) []sched.Action
+	Release(now time.Time, id uint64) []sched.Action
 	FirstToken(now time.Time, id uint64) []sched.Action
-	Done(now time.Time, id uint64) []sched.Action
 	Tick(now time.Time) []sched.Action
 	SetWorkers(now time.Time, workers []sched.Worker) []sched.Action
 	ReportLoad(now time.Time, loads []sched.EngineLoad) []sched.Action
@@ -33,82 +33,62 @@ var _ scheduler = (*sched.Scheduler)(nil)
 // has returned.
 var errStopped = errors.New("extproc: dispatcher stopped")
 
-// ticket is how the dispatcher tells one stream what became of its request.
-// The dispatcher writes the state under mu and then signals wake without
-// blocking; the stream reads the state after each signal. So the dispatcher
-// never waits on a stream, whatever the stream is doing.
-type ticket struct {
-	id uint64
-	// wake has capacity 1: a pending signal already covers later changes.
-	wake chan struct{}
+// noticeKind is what the dispatcher tells a stream about its request.
+type noticeKind uint8
 
-	// mu guards the fields below.
-	mu sync.Mutex
-	// queued is set when Submit queued the request.
-	queued bool
-	// decided is set once, when the request was dispatched or rejected.
-	decided bool
-	action  sched.Action
-	target  target
-	// preempted is set when the request, in flight, was chosen as a victim.
-	preempted bool
+const (
+	// noticeQueued: the scheduler queued the request.
+	noticeQueued noticeKind = iota + 1
+	// noticeDecided: the scheduler dispatched or rejected the request.
+	noticeDecided
+	// noticePreempted: the request, in flight, was chosen as a victim.
+	noticePreempted
+)
+
+// notice is one message from the dispatcher to a stream. A request gets
+// each kind at most once, in the order above, so a box of noticeCap never
+// fills and the dispatcher never waits on a stream.
+type notice struct {
+	kind noticeKind
+	// action is the scheduler's dispatch or reject (noticeDecided), with
+	// Fallbacks resolved into target.
+	action sched.Action
+	target target
 }
 
-func newTicket(id uint64) *ticket { return &ticket{id: id, wake: make(chan struct{}, 1)} }
+// noticeCap is the capacity of a stream's notice box: one of each kind.
+const noticeCap = 3
 
-// signal wakes the stream without blocking.
-func (t *ticket) signal() {
-	select {
-	case t.wake <- struct{}{}:
-	default:
-	}
+// serving is the replica's serving state: its leadership, its shutdown
+// and its worker set. The dispatcher owns it and publishes it as one
+// snapshot for gRPC health, /readyz and the state metrics.
+type serving struct {
+	// standby: another replica leads; the scheduler answers every arrival
+	// 503 with Retry-After.
+	standby bool
+	// draining: shutting down. Arrivals are served until Drain sheds the
+	// queue, then answered 503 with Retry-After.
+	draining bool
+	// workers is the size of the worker set.
+	workers int
+	// acquisitions counts the changes from standby to leading.
+	acquisitions uint64
 }
 
-// ticketState is a copy of a ticket's state.
-type ticketState struct {
-	queued, decided, preempted bool
-	action                     sched.Action
-	target                     target
-}
-
-// load returns a copy of the ticket's state.
-func (t *ticket) load() ticketState {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return ticketState{queued: t.queued, decided: t.decided, preempted: t.preempted, action: t.action, target: t.target}
-}
-
-func (t *ticket) decide(a *sched.Action, tg target) {
-	t.mu.Lock()
-	t.decided, t.action, t.target = true, *a, tg
-	t.mu.Unlock()
-	t.signal()
-}
-
-func (t *ticket) markQueued() {
-	t.mu.Lock()
-	t.queued = true
-	t.mu.Unlock()
-	t.signal()
-}
-
-func (t *ticket) preempt() {
-	t.mu.Lock()
-	t.preempted = true
-	t.mu.Unlock()
-	t.signal()
-}
+// ready reports whether the replica should receive traffic: it leads, is
+// not draining and has workers.
+func (v serving) ready() bool { return !v.standby && !v.draining && v.workers > 0 }
 
 type eventKind uint8
 
 const (
 	evSubmit eventKind = iota + 1
-	evCancel
+	evRelease
 	evFirstToken
-	evDone
 	evWorkers
-	evDrain
 	evActive
+	evDrain
+	evShed
 	evStats
 	evRoute
 	evEngine
@@ -121,7 +101,7 @@ type event struct {
 	id   uint64
 	// evSubmit.
 	req sched.Request
-	tk  *ticket
+	box chan<- notice
 	at  time.Time
 	// evWorkers.
 	workers *workerSet
@@ -146,40 +126,68 @@ type reply struct {
 	ok     bool
 }
 
-// dispatcher is the one goroutine that owns the scheduler. Streams reach it
-// only through events; it answers through tickets and reply channels and
-// never blocks on a stream. It does no per-request CPU work beyond the
-// scheduler's own bookkeeping.
+// dispatcher is the one goroutine that owns the scheduler and the serving
+// state. Streams reach it only through events; it answers through notice
+// boxes and reply channels and never blocks on a stream. It does no
+// per-request CPU work beyond the scheduler's own bookkeeping.
 type dispatcher struct {
 	events  chan event
 	stopped chan struct{}
 	log     *slog.Logger
 	now     func() time.Time
-	// onSubmit observes the scheduler overhead of each Submit.
-	onSubmit func(time.Duration)
+	hooks   dispatcherHooks
+	// published is the last serving snapshot.
+	published atomic.Pointer[serving]
 
-	// Owned by run.
-	sch      scheduler
-	tickets  map[uint64]*ticket
-	workers  *workerSet
-	draining bool
-	// standby: another replica leads; arrivals are answered 503.
-	standby bool
+	// Owned by run (or, before run, by its caller under Server.runMu).
+	sch     scheduler
+	boxes   map[uint64]chan<- notice
+	workers *workerSet
+	state   serving
+	// shed: Drain shed the queue; the scheduler stays drained.
+	shed bool
 	// cancels collects in-flight requests to undo after an impossible
 	// dispatch (a worker missing from the set); see deliver.
 	cancels []uint64
 }
 
-func newDispatcher(sch scheduler, ws *workerSet, now func() time.Time, log *slog.Logger, onSubmit func(time.Duration)) *dispatcher {
-	return &dispatcher{
-		events:   make(chan event),
-		stopped:  make(chan struct{}),
-		log:      log,
-		now:      now,
-		onSubmit: onSubmit,
-		sch:      sch,
-		tickets:  make(map[uint64]*ticket),
-		workers:  ws,
+// dispatcherHooks are the dispatcher's observers; each may be nil. They
+// run on the dispatcher's goroutine and must not block.
+type dispatcherHooks struct {
+	// submitted observes the time from a stream's submit to the end of
+	// the scheduler's Submit.
+	submitted func(time.Duration)
+	// waited observes each request leaving a queue (Action.Queued), with
+	// the scheduler's own measure of its wait.
+	waited func(*sched.Action)
+	// serving is called with each new serving snapshot.
+	serving func(serving)
+}
+
+func newDispatcher(sch scheduler, ws *workerSet, now func() time.Time, log *slog.Logger, hooks dispatcherHooks) *dispatcher {
+	d := &dispatcher{
+		events:  make(chan event),
+		stopped: make(chan struct{}),
+		log:     log,
+		now:     now,
+		hooks:   hooks,
+		sch:     sch,
+		boxes:   make(map[uint64]chan<- notice),
+		workers: ws,
+	}
+	d.state.workers = len(ws.sched)
+	d.publish()
+	return d
+}
+
+// serving returns the current serving snapshot; safe from any goroutine.
+func (d *dispatcher) serving() serving { return *d.published.Load() }
+
+func (d *dispatcher) publish() {
+	v := d.state
+	d.published.Store(&v)
+	if d.hooks.serving != nil {
+		d.hooks.serving(v)
 	}
 }
 
@@ -211,51 +219,29 @@ func (d *dispatcher) handle(ev event) {
 	now := d.now()
 	switch ev.kind {
 	case evSubmit:
-		if d.draining || d.standby {
-			ev.tk.decide(&sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeShutdown, Priority: ev.req.Priority, Model: ev.req.Model}, target{})
-			return
-		}
-		if ev.subset != nil {
-			if ev.req.AllowedWorkers = d.workers.allowed(ev.subset); ev.req.AllowedWorkers == nil {
-				ev.tk.decide(&sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeNoEndpoints,
-					Priority: ev.req.Priority, Model: ev.req.Model, Message: subsetUnmatched}, target{})
-				return
-			}
-		}
-		d.tickets[ev.id] = ev.tk
-		acts := d.sch.Submit(now, ev.req)
-		if d.onSubmit != nil {
-			d.onSubmit(d.now().Sub(ev.at))
-		}
-		d.deliver(acts)
-		if tk, ok := d.tickets[ev.id]; ok && !tk.load().decided {
-			tk.markQueued()
-		}
-	case evCancel:
-		delete(d.tickets, ev.id)
-		d.deliver(d.sch.Cancel(now, ev.id))
+		d.submit(now, ev)
+	case evRelease:
+		delete(d.boxes, ev.id)
+		d.deliver(d.sch.Release(now, ev.id))
 	case evFirstToken:
+		delete(d.boxes, ev.id) // past its first token it cannot be preempted
 		d.deliver(d.sch.FirstToken(now, ev.id))
-	case evDone:
-		delete(d.tickets, ev.id)
-		d.deliver(d.sch.Done(now, ev.id))
 	case evWorkers:
 		d.workers = ev.workers
 		d.deliver(d.sch.SetWorkers(now, ev.workers.sched))
-		ev.reply <- reply{ok: true}
-	case evDrain:
-		d.draining = true
-		d.deliver(d.sch.Drain(now))
+		d.state.workers = len(ev.workers.sched)
+		d.publish()
 		ev.reply <- reply{ok: true}
 	case evActive:
-		switch {
-		case !ev.active && !d.standby:
-			d.standby = true
-			d.deliver(d.sch.Drain(now))
-		case ev.active && d.standby:
-			d.standby = false
-			d.sch.Resume()
-		}
+		d.setActive(now, ev.active)
+		ev.reply <- reply{ok: true}
+	case evDrain:
+		d.state.draining = true
+		d.publish()
+		ev.reply <- reply{ok: true}
+	case evShed:
+		d.shed = true
+		d.deliver(d.sch.Drain(now))
 		ev.reply <- reply{ok: true}
 	case evEngine:
 		d.deliver(d.sch.ReportLoad(now, ev.loads))
@@ -264,32 +250,89 @@ func (d *dispatcher) handle(ev event) {
 	case evStats:
 		ev.reply <- reply{stats: d.sch.Stats(), ok: true}
 	case evRoute:
-		var allowed []string
-		if ev.subset != nil {
-			if allowed = d.workers.allowed(ev.subset); allowed == nil {
-				ev.reply <- reply{}
-				return
-			}
-		}
-		w, rank, ok := d.sch.RouteIn(ev.model, allowed)
-		var tg target
-		if ok {
-			tg, ok = d.workers.target(w, rank)
-		}
-		ev.reply <- reply{target: tg, ok: ok}
+		ev.reply <- d.route(ev)
 	}
 }
 
-// deliver hands each action to its ticket. acts is the scheduler's reused
-// slice: it is fully consumed before the scheduler is called again.
+// submit hands a request to the scheduler. A request whose endpoint
+// subset names no known worker is answered without it.
+func (d *dispatcher) submit(now time.Time, ev event) {
+	if ev.subset != nil {
+		if ev.req.AllowedWorkers = d.workers.allowed(ev.subset); ev.req.AllowedWorkers == nil {
+			ev.box <- notice{kind: noticeDecided, action: sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeNoEndpoints,
+				Priority: ev.req.Priority, Model: ev.req.Model, Message: subsetUnmatched}}
+			return
+		}
+	}
+	d.boxes[ev.id] = ev.box
+	acts := d.sch.Submit(now, ev.req)
+	if d.hooks.submitted != nil {
+		d.hooks.submitted(d.now().Sub(ev.at))
+	}
+	d.deliver(acts)
+}
+
+// setActive moves between leading and standing by. A standby's scheduler
+// is drained: queued requests and arrivals are answered 503. Leading again
+// resumes it, unless the replica is draining and its queue was shed.
+func (d *dispatcher) setActive(now time.Time, active bool) {
+	if active != d.state.standby {
+		return
+	}
+	d.state.standby = !active
+	if active {
+		d.state.acquisitions++
+		if !d.shed {
+			d.sch.Resume()
+		}
+	} else {
+		d.deliver(d.sch.Drain(now))
+	}
+	d.publish()
+}
+
+func (d *dispatcher) route(ev event) reply {
+	var allowed []string
+	if ev.subset != nil {
+		if allowed = d.workers.allowed(ev.subset); allowed == nil {
+			return reply{}
+		}
+	}
+	w, rank, ok := d.sch.RouteIn(ev.model, allowed)
+	var tg target
+	if ok {
+		tg, ok = d.workers.target(w, rank)
+	}
+	return reply{target: tg, ok: ok}
+}
+
+// tell puts a notice in a request's box. The box has room for every
+// notice a request can get, so a full box is a bug: it is logged, never
+// waited on.
+func (d *dispatcher) tell(id uint64, n notice) {
+	box := d.boxes[id]
+	if box == nil {
+		return
+	}
+	select {
+	case box <- n:
+	default:
+		d.log.Error("notice box full; notice dropped", "request", id, "notice", n.kind)
+	}
+}
+
+// deliver turns the scheduler's actions into notices. acts is the
+// scheduler's reused slice: it is fully consumed before the scheduler is
+// called again.
 func (d *dispatcher) deliver(acts []sched.Action) {
 	for i := range acts {
 		a := &acts[i]
-		tk := d.tickets[a.ID]
-		if tk == nil {
-			continue
+		if a.Queued && d.hooks.waited != nil && (a.Kind == sched.ActionDispatch || a.Kind == sched.ActionReject) {
+			d.hooks.waited(a)
 		}
 		switch a.Kind {
+		case sched.ActionQueue:
+			d.tell(a.ID, notice{kind: noticeQueued})
 		case sched.ActionDispatch:
 			tg, ok := d.workers.target(a.Worker, a.Rank)
 			if !ok {
@@ -298,25 +341,28 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 				// nowhere, and release the booking below.
 				d.log.Error("dispatch to a worker outside the worker set", "request", a.ID, "worker", a.Worker)
 				rej := *a
-				rej.Kind, rej.Outcome, rej.Message = sched.ActionReject, sched.OutcomeNoEndpoints, "no endpoints available to route work"
-				tk.decide(&rej, target{})
-				delete(d.tickets, a.ID)
+				rej.Kind, rej.Outcome, rej.Message, rej.Fallbacks = sched.ActionReject, sched.OutcomeNoEndpoints, "no endpoints available to route work", nil
+				d.tell(a.ID, notice{kind: noticeDecided, action: rej})
+				delete(d.boxes, a.ID)
 				d.cancels = append(d.cancels, a.ID)
 				continue
 			}
 			// a.Fallbacks is the scheduler's: resolve it before its next call.
-			tk.decide(a, d.workers.withFallbacks(tg, a.Fallbacks))
+			n := notice{kind: noticeDecided, action: *a, target: d.workers.withFallbacks(tg, a.Fallbacks)}
+			n.action.Fallbacks = nil
+			d.tell(a.ID, n)
 		case sched.ActionReject:
-			tk.decide(a, target{})
-			delete(d.tickets, a.ID)
+			d.tell(a.ID, notice{kind: noticeDecided, action: *a})
+			delete(d.boxes, a.ID)
 		case sched.ActionPreempt:
-			tk.preempt()
+			d.tell(a.ID, notice{kind: noticePreempted})
+			delete(d.boxes, a.ID)
 		}
 	}
 	for len(d.cancels) > 0 {
 		id := d.cancels[len(d.cancels)-1]
 		d.cancels = d.cancels[:len(d.cancels)-1]
-		d.deliver(d.sch.Cancel(d.now(), id))
+		d.deliver(d.sch.Release(d.now(), id))
 	}
 }
 
@@ -333,13 +379,6 @@ func (d *dispatcher) send(ctx context.Context, ev event) error {
 	}
 }
 
-// notify reports a state change of an admitted request. It is not bound to
-// the stream's context: a cancelled stream must still release what it
-// booked. It gives up only when the dispatcher has stopped.
-func (d *dispatcher) notify(kind eventKind, id uint64) {
-	_ = d.send(context.Background(), event{kind: kind, id: id})
-}
-
 // call sends an event that answers and waits for the answer. Once the
 // dispatcher has taken the event it always answers.
 func (d *dispatcher) call(ctx context.Context, ev event) (reply, error) {
@@ -354,3 +393,20 @@ func (d *dispatcher) call(ctx context.Context, ev event) (reply, error) {
 // of the set.
 const subsetUnmatched = "no endpoints available to route work: no endpoint in the request's endpoint subset (" +
 	subsetNamespace + "/" + subsetKey + ") is a known worker"
+
+// String describes a notice for logs and tests: "queued", "preempted",
+// "dispatched:<address>" or "rejected:<outcome>".
+func (n notice) String() string {
+	switch n.kind {
+	case noticeQueued:
+		return "queued"
+	case noticePreempted:
+		return "preempted"
+	case noticeDecided:
+		if n.action.Kind == sched.ActionDispatch {
+			return "dispatched:" + n.target.address
+		}
+		return "rejected:" + n.action.Outcome.String()
+	}
+	return fmt.Sprintf("notice(%d)", uint8(n.kind))
+}

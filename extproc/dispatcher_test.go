@@ -22,7 +22,7 @@ type fakeScheduler struct {
 	mu       sync.Mutex
 	calls    []string
 	submit   func(sched.Request) []sched.Action
-	cancel   func(uint64) []sched.Action
+	release  func(uint64) []sched.Action
 	tick     func(time.Time) []sched.Action
 	deadline time.Time
 }
@@ -49,21 +49,16 @@ func (f *fakeScheduler) Submit(_ time.Time, r sched.Request) []sched.Action {
 	return f.submit(r)
 }
 
-func (f *fakeScheduler) Cancel(_ time.Time, id uint64) []sched.Action {
-	f.record("cancel " + itoa(int(id)))
-	if f.cancel == nil {
+func (f *fakeScheduler) Release(_ time.Time, id uint64) []sched.Action {
+	f.record("release " + itoa(int(id)))
+	if f.release == nil {
 		return nil
 	}
-	return f.cancel(id)
+	return f.release(id)
 }
 
 func (f *fakeScheduler) FirstToken(_ time.Time, id uint64) []sched.Action {
 	f.record("first " + itoa(int(id)))
-	return nil
-}
-
-func (f *fakeScheduler) Done(_ time.Time, id uint64) []sched.Action {
-	f.record("done " + itoa(int(id)))
 	return nil
 }
 
@@ -113,14 +108,15 @@ func (f *fakeScheduler) Served(_ time.Time, id uint64, worker string, rank uint3
 
 func (f *fakeScheduler) Stats() sched.Stats { return sched.Stats{Capacity: 7} }
 
-// runDispatcher runs a dispatcher over f until the test ends.
+// runDispatcher runs a dispatcher over f until the test ends. Call it
+// inside a synctest bubble.
 func runDispatcher(t *testing.T, f *fakeScheduler) *dispatcher {
 	t.Helper()
 	ws, err := newWorkerSet(oneWorker)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := newDispatcher(f, ws, time.Now, slog.New(slog.DiscardHandler), nil)
+	d := newDispatcher(f, ws, time.Now, slog.New(slog.DiscardHandler), dispatcherHooks{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); d.run(ctx) }()
@@ -128,90 +124,125 @@ func runDispatcher(t *testing.T, f *fakeScheduler) *dispatcher {
 	return d
 }
 
-func submit(t *testing.T, d *dispatcher, id uint64) *ticket {
+// submit hands request id to the dispatcher and returns its notice box.
+func submit(t *testing.T, d *dispatcher, id uint64) chan notice {
 	t.Helper()
-	tk := newTicket(id)
-	if err := d.send(context.Background(), event{kind: evSubmit, id: id, req: sched.Request{ID: id}, tk: tk, at: time.Now()}); err != nil {
+	box := make(chan notice, noticeCap)
+	if err := d.send(context.Background(), event{kind: evSubmit, id: id, req: sched.Request{ID: id}, box: box, at: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	return tk
+	return box
 }
 
-// wake waits for a ticket's signal.
-func wake(t *testing.T, tk *ticket) ticketState {
-	t.Helper()
-	select {
-	case <-tk.wake:
-		return tk.load()
-	case <-time.After(5 * time.Second):
-		t.Fatal("ticket not signalled")
-	}
-	return ticketState{}
-}
-
-func TestDispatcher_DeliversDecisionsWithoutBlocking(t *testing.T) {
-	f := &fakeScheduler{}
-	f.submit = func(r sched.Request) []sched.Action {
-		switch r.ID {
-		case 1: // dispatched at once
-			return []sched.Action{{Kind: sched.ActionDispatch, ID: 1, Worker: "w0"}}
-		case 2: // queued
-			return nil
-		default: // 3 dispatches the queued 2 and preempts 1
-			return []sched.Action{{Kind: sched.ActionPreempt, ID: 1}, {Kind: sched.ActionDispatch, ID: 2, Worker: "w0"}, {Kind: sched.ActionReject, ID: 3, Outcome: sched.OutcomeQueueFull}}
+// notices returns what is in a box once the bubble is idle, as
+// "kind[:outcome|:address]" strings.
+func notices(box chan notice) []string {
+	synctest.Wait()
+	var out []string
+	for {
+		select {
+		case n := <-box:
+			out = append(out, n.String())
+		default:
+			return out
 		}
 	}
-	d := runDispatcher(t, f)
-	t1 := submit(t, d, 1)
-	if st := wake(t, t1); !st.decided || st.queued || st.target.address != "10.0.0.7:8000" {
-		t.Fatalf("ticket 1 %+v", st)
-	}
-	t2 := submit(t, d, 2)
-	if st := wake(t, t2); !st.queued || st.decided {
-		t.Fatalf("ticket 2 %+v", st)
-	}
-	// Nobody reads ticket 1 again: the dispatcher must not wait for it.
-	t3 := submit(t, d, 3)
-	if st := wake(t, t3); !st.decided || st.action.Outcome != sched.OutcomeQueueFull {
-		t.Fatalf("ticket 3 %+v", st)
-	}
-	if st := wake(t, t2); !st.decided || st.action.Kind != sched.ActionDispatch {
-		t.Fatalf("ticket 2 after 3 %+v", st)
-	}
-	if st := t1.load(); !st.preempted {
-		t.Fatalf("ticket 1 not preempted: %+v", st)
-	}
-	d.notify(evCancel, 1)
-	d.notify(evFirstToken, 2)
-	d.notify(evDone, 2)
-	if r, err := d.call(context.Background(), event{kind: evStats}); err != nil || r.stats.Capacity != 7 {
-		t.Fatalf("stats %+v %v", r, err)
-	}
-	want := []string{"submit 1", "submit 2", "submit 3", "cancel 1", "first 2", "done 2"}
-	if diff := cmp.Diff(want, f.got()); diff != "" {
-		t.Errorf("calls (-want +got):\n%s", diff)
-	}
+}
+
+func TestDispatcher_DeliversNoticesWithoutBlocking(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeScheduler{}
+		f.submit = func(r sched.Request) []sched.Action {
+			switch r.ID {
+			case 1: // dispatched at once
+				return []sched.Action{{Kind: sched.ActionDispatch, ID: 1, Worker: "w0"}}
+			case 2: // queued
+				return []sched.Action{{Kind: sched.ActionQueue, ID: 2}}
+			default: // 3 dispatches the queued 2 and preempts 1
+				return []sched.Action{{Kind: sched.ActionPreempt, ID: 1}, {Kind: sched.ActionDispatch, ID: 2, Worker: "w0"}, {Kind: sched.ActionReject, ID: 3, Outcome: sched.OutcomeQueueFull}}
+			}
+		}
+		d := runDispatcher(t, f)
+		b1 := submit(t, d, 1)
+		if diff := cmp.Diff([]string{"dispatched:10.0.0.7:8000"}, notices(b1)); diff != "" {
+			t.Fatalf("request 1 (-want +got):\n%s", diff)
+		}
+		b2 := submit(t, d, 2)
+		if diff := cmp.Diff([]string{"queued"}, notices(b2)); diff != "" {
+			t.Fatalf("request 2 (-want +got):\n%s", diff)
+		}
+		b3 := submit(t, d, 3)
+		if diff := cmp.Diff([]string{"rejected:queue_full"}, notices(b3)); diff != "" {
+			t.Fatalf("request 3 (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"dispatched:10.0.0.7:8000"}, notices(b2)); diff != "" {
+			t.Fatalf("request 2 after 3 (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"preempted"}, notices(b1)); diff != "" {
+			t.Fatalf("request 1 after 3 (-want +got):\n%s", diff)
+		}
+		for _, ev := range []event{{kind: evRelease, id: 1}, {kind: evFirstToken, id: 2}, {kind: evRelease, id: 2}} {
+			if err := d.send(context.Background(), ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r, err := d.call(context.Background(), event{kind: evStats}); err != nil || r.stats.Capacity != 7 {
+			t.Fatalf("stats %+v %v", r, err)
+		}
+		want := []string{"submit 1", "submit 2", "submit 3", "release 1", "first 2", "release 2"}
+		if diff := cmp.Diff(want, f.got()); diff != "" {
+			t.Errorf("calls (-want +got):\n%s", diff)
+		}
+		if len(d.boxes) != 0 {
+			t.Errorf("boxes left: %v", d.boxes)
+		}
+	})
+}
+
+// TestDispatcher_NoticeBoxNeverBlocks: a stream that reads nothing gets
+// at most one notice of each kind, which its box holds; the dispatcher
+// goes on serving others.
+func TestDispatcher_NoticeBoxNeverBlocks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeScheduler{}
+		f.submit = func(r sched.Request) []sched.Action {
+			if r.ID == 1 {
+				return []sched.Action{{Kind: sched.ActionQueue, ID: 1}}
+			}
+			return []sched.Action{{Kind: sched.ActionDispatch, ID: 1, Worker: "w0"}, {Kind: sched.ActionPreempt, ID: 1}, {Kind: sched.ActionDispatch, ID: r.ID, Worker: "w0"}}
+		}
+		d := runDispatcher(t, f)
+		b1 := submit(t, d, 1)
+		b2 := submit(t, d, 2)
+		synctest.Wait()
+		if len(b1) != noticeCap {
+			t.Fatalf("box 1 holds %d notices, want %d", len(b1), noticeCap)
+		}
+		if diff := cmp.Diff([]string{"queued", "dispatched:10.0.0.7:8000", "preempted"}, notices(b1)); diff != "" {
+			t.Errorf("request 1 (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"dispatched:10.0.0.7:8000"}, notices(b2)); diff != "" {
+			t.Errorf("request 2 (-want +got):\n%s", diff)
+		}
+	})
 }
 
 func TestDispatcher_DispatchOutsideTheWorkerSetIsUndone(t *testing.T) {
-	f := &fakeScheduler{submit: func(r sched.Request) []sched.Action {
-		return []sched.Action{{Kind: sched.ActionDispatch, ID: r.ID, Worker: "ghost"}}
-	}}
-	d := runDispatcher(t, f)
-	st := wake(t, submit(t, d, 4))
-	if st.action.Kind != sched.ActionReject || st.action.Outcome != sched.OutcomeNoEndpoints {
-		t.Fatalf("%+v", st)
-	}
-	if _, err := d.call(context.Background(), event{kind: evStats}); err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]string{"submit 4", "cancel 4"}, f.got()); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeScheduler{submit: func(r sched.Request) []sched.Action {
+			return []sched.Action{{Kind: sched.ActionDispatch, ID: r.ID, Worker: "ghost"}}
+		}}
+		d := runDispatcher(t, f)
+		if diff := cmp.Diff([]string{"rejected:no_endpoints"}, notices(submit(t, d, 4))); diff != "" {
+			t.Fatalf("(-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"submit 4", "release 4"}, f.got()); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
 }
 
 // TestDispatcher_TicksAtTheNextDeadline runs in a synctest bubble: the
-// queued signal and the tick's decision are observed one at a time, and the
 // tick must come exactly at the deadline the scheduler gave, on the fake
 // clock, however slowly the machine runs.
 func TestDispatcher_TicksAtTheNextDeadline(t *testing.T) {
@@ -229,7 +260,7 @@ func TestDispatcher_TicksAtTheNextDeadline(t *testing.T) {
 			f.mu.Lock()
 			f.deadline = deadline
 			f.mu.Unlock()
-			return nil
+			return []sched.Action{{Kind: sched.ActionQueue, ID: 5}}
 		}
 		f.tick = func(now time.Time) []sched.Action {
 			mu.Lock()
@@ -238,10 +269,9 @@ func TestDispatcher_TicksAtTheNextDeadline(t *testing.T) {
 			return []sched.Action{{Kind: sched.ActionReject, ID: 5, Outcome: sched.OutcomeQueueTimeout, Queued: true}}
 		}
 		d := runDispatcher(t, f)
-		tk := submit(t, d, 5)
-		synctest.Wait() // the dispatcher handled the submit and waits on its timer
-		if st := signalled(t, tk); !st.queued || st.decided {
-			t.Fatalf("after submit: %+v", st)
+		box := submit(t, d, 5)
+		if diff := cmp.Diff([]string{"queued"}, notices(box)); diff != "" {
+			t.Fatalf("after submit (-want +got):\n%s", diff)
 		}
 		time.Sleep(20*time.Millisecond - time.Nanosecond)
 		synctest.Wait()
@@ -252,9 +282,8 @@ func TestDispatcher_TicksAtTheNextDeadline(t *testing.T) {
 			t.Fatalf("ticked at %v, before the deadline", early)
 		}
 		time.Sleep(time.Nanosecond)
-		synctest.Wait()
-		if st := signalled(t, tk); !st.decided || st.action.Outcome != sched.OutcomeQueueTimeout {
-			t.Fatalf("after the deadline: %+v", st)
+		if diff := cmp.Diff([]string{"rejected:queue_timeout"}, notices(box)); diff != "" {
+			t.Fatalf("after the deadline (-want +got):\n%s", diff)
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -264,43 +293,54 @@ func TestDispatcher_TicksAtTheNextDeadline(t *testing.T) {
 	})
 }
 
-// signalled returns the ticket's state if a signal is pending, and fails
-// the test if none is. Use it after synctest.Wait.
-func signalled(t *testing.T, tk *ticket) ticketState {
-	t.Helper()
-	select {
-	case <-tk.wake:
-		return tk.load()
-	default:
-		t.Fatal("ticket not signalled")
-	}
-	return ticketState{}
-}
-
-func TestDispatcher_DrainRejectsLaterSubmits(t *testing.T) {
-	f := &fakeScheduler{}
-	d := runDispatcher(t, f)
-	if _, err := d.call(context.Background(), event{kind: evDrain}); err != nil {
-		t.Fatal(err)
-	}
-	if st := wake(t, submit(t, d, 6)); st.action.Outcome != sched.OutcomeShutdown {
-		t.Fatalf("%+v", st)
-	}
-	if diff := cmp.Diff([]string{"drain"}, f.got()); diff != "" {
-		t.Errorf("the scheduler saw a submit while draining (-want +got):\n%s", diff)
-	}
+// TestDispatcher_ServingState: the dispatcher owns leadership and
+// shutdown and publishes each change; the scheduler's drain follows
+// standby and the shedding, and its resume only leadership regained before
+// the shedding.
+func TestDispatcher_ServingState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeScheduler{}
+		var seen []serving
+		ws, _ := newWorkerSet(oneWorker)
+		d := newDispatcher(f, ws, time.Now, slog.New(slog.DiscardHandler), dispatcherHooks{serving: func(v serving) { seen = append(seen, v) }})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); d.run(ctx) }()
+		defer func() { cancel(); <-done }()
+		for _, ev := range []event{{kind: evActive}, {kind: evActive}, {kind: evActive, active: true}, {kind: evDrain}, {kind: evActive}, {kind: evShed}, {kind: evActive, active: true}} {
+			if _, err := d.call(context.Background(), ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := []serving{
+			{workers: 1}, // at construction
+			{standby: true, workers: 1},
+			{workers: 1, acquisitions: 1},
+			{draining: true, workers: 1, acquisitions: 1},
+			{standby: true, draining: true, workers: 1, acquisitions: 1},
+			{draining: true, workers: 1, acquisitions: 2},
+		}
+		if diff := cmp.Diff(want, seen, cmp.AllowUnexported(serving{})); diff != "" {
+			t.Errorf("snapshots (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"drain", "resume", "drain", "drain"}, f.got()); diff != "" {
+			t.Errorf("scheduler calls (-want +got):\n%s", diff)
+		}
+		if d.serving().ready() {
+			t.Error("a draining replica is ready")
+		}
+	})
 }
 
 func TestDispatcher_SendAfterStopFails(t *testing.T) {
 	ws, _ := newWorkerSet(nil)
-	d := newDispatcher(&fakeScheduler{}, ws, time.Now, slog.New(slog.DiscardHandler), nil)
+	d := newDispatcher(&fakeScheduler{}, ws, time.Now, slog.New(slog.DiscardHandler), dispatcherHooks{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	d.run(ctx)
-	if err := d.send(context.Background(), event{kind: evCancel}); !errors.Is(err, errStopped) {
+	if err := d.send(context.Background(), event{kind: evRelease}); !errors.Is(err, errStopped) {
 		t.Fatalf("send after stop: %v", err)
 	}
-	d.notify(evDone, 1) // must not block
 	if _, err := d.call(context.Background(), event{kind: evStats}); !errors.Is(err, errStopped) {
 		t.Fatalf("call after stop: %v", err)
 	}

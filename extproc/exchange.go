@@ -18,18 +18,22 @@ import (
 // exchangeEnv is what an exchange needs from the server around it. The
 // stream loop implements it over the dispatcher; tests use a fake.
 type exchangeEnv interface {
+	admissionEnv
 	// submit hands a request, and its endpoint subset (nil for none), to
-	// the scheduler. The answer arrives later through exchange.onTicket. An
-	// error means the dispatcher is gone.
+	// the scheduler. The answer arrives later as notices (onNotice). An
+	// error means the request never reached the scheduler: the stream's
+	// context ended (the client left) or the dispatcher is gone
+	// (errStopped).
 	submit(r *sched.Request, sub *subset) error
 	// route picks a worker in the subset (nil: any) for a request outside
 	// admission.
 	route(model string, sub *subset) (target, bool, error)
-	// notify reports FirstToken, Done or Cancel for an admitted request.
-	notify(kind eventKind, id uint64)
 	// served reports that an admitted request was served by another
 	// worker than its target (a fallback).
 	served(id uint64, worker string, rank uint32)
+	// routed records in the prefix index that a planned request went to
+	// worker.
+	routed(now time.Time, worker string, pl *plan)
 }
 
 // stage is where an exchange is in its HTTP request's life.
@@ -40,8 +44,8 @@ const (
 	stageStart stage = iota
 	// stageBody: reading the request body.
 	stageBody
-	// stageQueued: submitted, waiting for the scheduler's decision.
-	stageQueued
+	// stageWaiting: submitted, waiting for the scheduler's decision.
+	stageWaiting
 	// stageRouted: answered with a route; following the response.
 	stageRouted
 	// stageEnvoyReply: Envoy answered the request itself before the route
@@ -50,11 +54,17 @@ const (
 	stageEnvoyReply
 	// stageOver: an immediate response or an error ended the exchange.
 	stageOver
+	numStages
 )
 
-var stageNames = [...]string{"start", "body", "queued", "routed", "envoy-reply", "over"}
+var stageNames = [numStages]string{"start", "body", "waiting", "routed", "envoy-reply", "over"}
 
-func (s stage) String() string { return stageNames[s] }
+func (s stage) String() string {
+	if s < numStages {
+		return stageNames[s]
+	}
+	return fmt.Sprintf("stage(%d)", uint8(s))
+}
 
 // heldKind is a request-direction message that is waiting for its reply.
 type heldKind uint8
@@ -105,6 +115,26 @@ type respChunk struct {
 	eos  bool
 }
 
+// heldResponse is a worker's response whose headers reply is held while
+// the request can still be preempted.
+type heldResponse struct {
+	timer   envoyTimer
+	pending []respChunk
+}
+
+// responseKind is what the response following the route is.
+type responseKind uint8
+
+const (
+	// responseNone: no response headers yet.
+	responseNone responseKind = iota
+	// responseWorker: a worker's 2xx answer; its first body chunk is the
+	// first token and it may carry usage.
+	responseWorker
+	// responseOther: a worker's error, or a 503 Envoy's router made up.
+	responseOther
+)
+
 // step is what the stream loop must do after an exchange handled an input:
 // send the messages in order, then, when end is set, return err from the
 // stream handler (nil: a clean end after a final answer).
@@ -114,11 +144,14 @@ type step struct {
 	err  error
 }
 
-// exchange is the phase state machine of one ext_proc stream, that is one
-// HTTP request. It is owned by its stream goroutine, knows nothing of gRPC
-// streams, and is driven by four inputs: Envoy's messages (message), the
-// scheduler's decisions (onTicket), the hold deadline (onExpire) and the
-// end of the stream (close).
+// exchange is one ext_proc stream, that is one HTTP request, seen from
+// Envoy's side: the negotiated modes, the messages held for a reply,
+// shadows of Envoy's message timers, and the response. It decides what to
+// send. What the request owes the scheduler is its admission's alone. It
+// is owned by its stream goroutine, knows nothing of gRPC streams, and is
+// driven by five inputs: Envoy's messages (message), the dispatcher's
+// notices (onNotice), its deadline (onExpire), the dispatcher's end
+// (onShutdown) and the end of the stream (close).
 type exchange struct {
 	p   *planner
 	cfg *Config
@@ -134,11 +167,13 @@ type exchange struct {
 	start time.Time
 
 	// Request.
-	hdr       *headerInfo
-	subset    *subset // the data plane's endpoint subset; nil for none
-	who       identity
-	kind      openai.Kind
-	admission bool
+	hdr    *headerInfo
+	subset *subset // the data plane's endpoint subset; nil for none
+	who    identity
+	kind   openai.Kind
+	// scheduled: the route goes through admission (an inference API);
+	// other requests are routed at once.
+	scheduled bool
 	body      []byte
 	newBody   []byte // the body after a model rewrite; nil: unchanged
 	// rewrittenFrom and rewrittenTo are the client's model name and the
@@ -148,31 +183,19 @@ type exchange struct {
 	held                       []heldKind
 	reqTimer                   envoyTimer
 
-	// Scheduling.
-	plan      *plan
-	submitAt  time.Time
-	queued    bool
-	admitted  bool // dispatched and routed: holds a booking
-	reported  bool // Done or Cancel was reported
-	target    target
-	preempted bool
+	// Admission.
+	plan *plan
+	adm  admission
 
 	// Response.
-	respStarted bool
-	// respWorker: the response is a worker's 2xx answer. Anything else (a
-	// worker error, or a 503 Envoy's router made up) is no first token and
-	// carries no usage.
-	respWorker  bool
-	respHeld    bool
-	respPending []respChunk
-	respTimer   envoyTimer
-	firstToken  bool
-	usage       openai.UsageScanner
-	compared    bool
+	resp     responseKind
+	heldResp *heldResponse // nil unless the response headers are held
+	usage    openai.UsageScanner
+	compared bool
 }
 
 func newExchange(p *planner, env exchangeEnv, log *slog.Logger, id uint64) *exchange {
-	return &exchange{p: p, cfg: p.cfg, env: env, log: log, id: id}
+	return &exchange{p: p, cfg: p.cfg, env: env, log: log, id: id, adm: admission{env: env, id: id}}
 }
 
 // protocolError ends the stream with a gRPC error, which Envoy turns into
@@ -227,33 +250,39 @@ func (x *exchange) message(now time.Time, m *extprocv3.ProcessingRequest) step {
 // for a held message fires.
 func (x *exchange) deadline() (time.Time, bool) {
 	switch {
-	case x.stage == stageQueued && x.reqTimer.running:
+	case x.stage == stageWaiting && x.reqTimer.running:
 		return x.reqTimer.firesAt.Add(-x.cfg.EnvoyTimeoutMargin), true
-	case x.respHeld && x.respTimer.running:
-		return x.respTimer.firesAt.Add(-x.cfg.EnvoyTimeoutMargin), true
+	case x.heldResp != nil && x.heldResp.timer.running:
+		return x.heldResp.timer.firesAt.Add(-x.cfg.EnvoyTimeoutMargin), true
 	}
 	return time.Time{}, false
 }
 
 // waiting reports whether the exchange waits for the scheduler.
-func (x *exchange) waiting() bool { return x.stage == stageQueued }
+func (x *exchange) waiting() bool { return x.stage == stageWaiting }
+
+// preemptible reports whether a preemption can still reach the request:
+// it is in flight, has no first token, and its class can be a victim. The
+// stream loop then also watches for notices while it receives.
+func (x *exchange) preemptible() bool {
+	return x.adm.inFlight() && !x.adm.firstToken && x.p.preemptible[x.adm.decision.Priority]
+}
 
 // onExpire acts at the deadline: extend Envoy's timer once if it allows,
-// otherwise answer (a queued request gets the queue-timeout answer; held
+// otherwise answer (a waiting request gets the queue-timeout answer; held
 // response headers are released).
 func (x *exchange) onExpire(now time.Time) step {
 	switch {
-	case x.stage == stageQueued && x.reqTimer.running:
+	case x.stage == stageWaiting && x.reqTimer.running:
 		if d, ok := x.requestOverride(now); ok {
 			return step{send: []*extprocv3.ProcessingResponse{overrideTimeout(d)}}
 		}
 		x.p.metrics.budgetExpired.Inc()
 		x.log.Info("queued request answered before Envoy's message timer fires", "request", x.id)
-		x.leaveQueue(now, x.queued, "")
-		x.report(evCancel)
+		x.adm.release()
 		return x.reject(now, &rejection{reason: reasonQueueTimeout})
-	case x.respHeld && x.respTimer.running:
-		if d := x.cfg.EnvoyMaxMessageTimeout; x.respTimer.extend(now, d, d) {
+	case x.heldResp != nil && x.heldResp.timer.running:
+		if d := x.cfg.EnvoyMaxMessageTimeout; x.heldResp.timer.extend(now, d, d) {
 			return step{send: []*extprocv3.ProcessingResponse{overrideTimeout(d)}}
 		}
 		return step{send: x.releaseResponse()}
@@ -273,66 +302,46 @@ func (x *exchange) requestOverride(now time.Time) (time.Duration, bool) {
 	return d, x.reqTimer.extend(now, d, x.cfg.EnvoyMaxMessageTimeout)
 }
 
-// onTicket applies the scheduler's news about the request.
-func (x *exchange) onTicket(now time.Time, st ticketState) step {
-	var s step
-	if x.stage == stageQueued {
-		if st.queued && !x.queued {
-			x.queued = true
-			if !st.decided { // An override is pointless when the answer is ready.
-				if d, ok := x.requestOverride(now); ok {
-					s.send = append(s.send, overrideTimeout(d))
-				}
+// onNotice applies one of the dispatcher's notices. more is set when
+// another notice is already waiting: a queued request whose decision is
+// already there needs no timer override.
+func (x *exchange) onNotice(now time.Time, n notice, more bool) step {
+	switch n.kind {
+	case noticeQueued:
+		if x.adm.queue() && !more {
+			if d, ok := x.requestOverride(now); ok {
+				return step{send: []*extprocv3.ProcessingResponse{overrideTimeout(d)}}
 			}
 		}
-		if !st.decided {
-			return s
-		}
-		a := &st.action
-		x.leaveQueue(now, a.Queued, a.PolicyClass)
-		if a.Kind != sched.ActionDispatch {
-			rej, ok := rejectionFor(a)
-			if !ok {
-				rej = &rejection{reason: reasonNoEndpoints, model: a.Model}
-			}
-			r := x.reject(now, rej)
-			r.send = append(s.send, r.send...)
-			return r
-		}
-		if x.p.cfg.Sched.Fairness.Enabled {
-			x.p.metrics.observeServed(a, x.who.flow)
-		}
-		if st.preempted {
-			// Preempted before its route was sent: the request message is
-			// still outstanding, so answer it directly.
-			x.admitted = true
-			x.report(evCancel)
-			r := x.reject(now, &rejection{reason: reasonPreempted})
-			r.send = append(s.send, r.send...)
-			return r
-		}
-		x.admitted = true
-		x.target = st.target
-		x.p.prefix.record(now, st.target.worker, x.plan.hashes, x.plan.exact)
-		x.p.metrics.admission.WithLabelValues("admitted").Observe(now.Sub(x.start).Seconds())
-		s.send = append(s.send, x.routeReplies(st.target)...)
-		return s
-	}
-	if st.preempted && x.admitted && !x.preempted {
+		return step{}
+	case noticeDecided:
+		return x.onDecided(now, n)
+	case noticePreempted:
 		return x.preempt(now)
 	}
-	return s
+	return step{}
 }
 
-// leaveQueue records the queue wait of a request leaving the queue; class
-// is the physical policy class of the scheduler's decision, empty without one.
-func (x *exchange) leaveQueue(now time.Time, queued bool, class string) {
-	if queued && x.plan != nil {
-		if class == "" {
-			class = "unknown"
-		}
-		x.p.metrics.observeWait(x.who.priority, x.plan.req.Model, class, now.Sub(x.submitAt))
+// onDecided answers the held request messages with the scheduler's
+// decision: the route, or the rejection.
+func (x *exchange) onDecided(now time.Time, n notice) step {
+	if !x.adm.decide(n) {
+		return step{} // answered already; the release undoes a dispatch
 	}
+	a := &x.adm.decision
+	if a.Kind != sched.ActionDispatch {
+		rej, ok := rejectionFor(a)
+		if !ok {
+			rej = &rejection{reason: reasonNoEndpoints, model: a.Model}
+		}
+		return x.reject(now, rej)
+	}
+	if x.p.cfg.Sched.Fairness.Enabled {
+		x.p.metrics.observeServed(a, x.who.flow)
+	}
+	x.env.routed(now, n.target.worker, x.plan)
+	x.p.metrics.admission.WithLabelValues("admitted").Observe(now.Sub(x.start).Seconds())
+	return step{send: x.routeReplies(n.target)}
 }
 
 // preempt ends an admitted request chosen as a victim with SMG's 503
@@ -343,26 +352,26 @@ func (x *exchange) leaveQueue(now time.Time, queued bool, class string) {
 // and once the headers went out Envoy resets the stream. Once the first
 // token went out the victim has won the race and carries on.
 func (x *exchange) preempt(time.Time) step {
-	x.preempted = true
-	if x.firstToken || x.reported {
-		x.log.Debug("preemption after the first token ignored", "request", x.id)
+	if !x.adm.inFlight() || x.adm.firstToken {
+		x.log.Debug("preemption after the first token or the end ignored", "request", x.id)
 		return step{}
 	}
-	x.report(evCancel)
+	x.adm.release()
 	x.stage = stageOver
-	x.respHeld, x.respPending, x.respTimer = false, nil, envoyTimer{}
+	x.heldResp = nil
 	r := &rejection{reason: reasonPreempted}
 	x.p.metrics.rejections.WithLabelValues(r.code()).Inc()
 	x.log.Debug("request preempted", "request", x.id, "answer", r.String())
 	return step{send: []*extprocv3.ProcessingResponse{immediateReply(r)}, end: true}
 }
 
-// onShutdown answers a waiting request when the dispatcher has stopped.
+// onShutdown answers a waiting request when the dispatcher has stopped;
+// the scheduler is gone, so nothing is owed.
 func (x *exchange) onShutdown(now time.Time) step {
-	if x.stage != stageQueued {
+	if x.stage != stageWaiting {
 		return step{}
 	}
-	x.reported = true // the scheduler is gone: nothing to release
+	x.adm.abandon()
 	return x.reject(now, &rejection{reason: reasonShutdown})
 }
 
@@ -381,33 +390,11 @@ func (x *exchange) reject(now time.Time, r *rejection) step {
 	return step{send: []*extprocv3.ProcessingResponse{immediateReply(r)}, end: true}
 }
 
-// report sends Done or Cancel for an admitted or submitted request, once.
-func (x *exchange) report(kind eventKind) {
-	if x.reported || x.plan == nil {
-		return
-	}
-	x.reported = true
-	x.env.notify(kind, x.id)
-}
-
-// close handles the end of the stream, whatever its cause: a request still
-// in the scheduler is cancelled, an admitted one reports Done when its
-// response completed (or was never observed) and Cancel otherwise.
-func (x *exchange) close(now time.Time, cause error) {
+// close handles the end of the stream, whatever its cause: whatever the
+// scheduler still holds for the request is released.
+func (x *exchange) close(_ time.Time, cause error) {
 	x.compareUsage()
-	switch {
-	case x.stage == stageQueued:
-		x.leaveQueue(now, x.queued, "")
-		x.report(evCancel)
-	case x.admitted && !x.reported:
-		// Unreported and admitted: the response never started (Done) or
-		// was cut short (Cancel); a finished response reported Done already.
-		if !x.respStarted {
-			x.report(evDone)
-		} else {
-			x.report(evCancel)
-		}
-	}
+	x.adm.release()
 	x.stage = stageOver
 	if cause != nil && !errors.Is(cause, errClientGone) {
 		x.log.Debug("stream ended", "request", x.id, "cause", cause)

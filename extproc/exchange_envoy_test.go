@@ -58,7 +58,7 @@ func TestExchange_EnvoyLocalReplyBeforeTheRoute(t *testing.T) {
 				t.Fatalf("queued request routed: %v", got)
 			}
 			if tc.queued {
-				x.onTicket(t0, ticketState{queued: true})
+				tell(x, t0, queued)
 				if !x.waiting() {
 					t.Fatal("request not waiting")
 				}
@@ -75,14 +75,14 @@ func TestExchange_EnvoyLocalReplyBeforeTheRoute(t *testing.T) {
 			}
 			var want []note
 			if tc.queued {
-				want = []note{{evCancel, 7}} // the slot and queue place are freed now
+				want = []note{{evRelease, 7}} // the slot and queue place are freed now
 			}
 			if diff := cmp.Diff(want, env.notes, cmp.AllowUnexported(note{})); diff != "" {
 				t.Errorf("notes (-want +got):\n%s", diff)
 			}
 			// The scheduler's late decision changes nothing, and request
 			// messages still in flight are not answered.
-			if s := x.onTicket(t0, dispatched(true)); len(s.send) != 0 || s.end {
+			if s := tell(x, t0, dispatched(true)); len(s.send) != 0 || s.end {
 				t.Errorf("late dispatch answered %v", kinds(s.send))
 			}
 			for _, m := range []*extprocv3.ProcessingRequest{reqBody("x", true), reqTrailers()} {
@@ -120,7 +120,7 @@ func TestExchange_EnvoyLocalReplyEndsWithHeadersOrTrailers(t *testing.T) {
 		t.Fatalf("send %v end %v err %v", kinds(s.send), s.end, s.err)
 	}
 	x.close(t0, nil)
-	if !cmp.Equal([]note{{evCancel, 7}}, env.notes, cmp.AllowUnexported(note{})) {
+	if !cmp.Equal([]note{{evRelease, 7}}, env.notes, cmp.AllowUnexported(note{})) {
 		t.Errorf("notes %v", env.notes)
 	}
 
@@ -145,7 +145,7 @@ func TestExchange_NonWorkerResponseIsNoFirstToken(t *testing.T) {
 			t.Errorf("%s: replies (-want +got):\n%s", code, diff)
 		}
 		x.close(t0, nil)
-		if diff := cmp.Diff([]note{{evDone, 7}}, env.notes, cmp.AllowUnexported(note{})); diff != "" {
+		if diff := cmp.Diff([]note{{evRelease, 7}}, env.notes, cmp.AllowUnexported(note{})); diff != "" {
 			t.Errorf("%s: notes (-want +got):\n%s", code, diff)
 		}
 		if x.compared {

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"errors"
 	"time"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -62,8 +63,8 @@ func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest,
 		return x.reject(now, rej)
 	}
 	x.hdr = hdr
-	x.kind, x.admission = openai.RouteKind(hdr.method, hdr.path)
-	x.who, rej = x.p.identify(hdr, x.clientIP(m), x.admission)
+	x.kind, x.scheduled = openai.RouteKind(hdr.method, hdr.path)
+	x.who, rej = x.p.identify(hdr, x.clientIP(m), x.scheduled)
 	if rej != nil {
 		return x.reject(now, rej)
 	}
@@ -152,7 +153,7 @@ func (x *exchange) requestTrailers(now time.Time) step {
 		}
 		x.held = append(x.held, heldTrailers)
 		return x.complete(now)
-	case stageQueued:
+	case stageWaiting:
 		x.held = append(x.held, heldTrailers)
 		return step{}
 	case stageRouted:
@@ -167,7 +168,7 @@ func (x *exchange) requestTrailers(now time.Time) step {
 // once when it is outside admission, otherwise plan it and submit it.
 func (x *exchange) complete(now time.Time) step {
 	x.rewrite()
-	if !x.admission {
+	if !x.scheduled {
 		if !x.canCarryRoute() {
 			// BUFFERED with trailers and no body: only the trailers reply
 			// is left, and it cannot set a header, so a CONTINUE would
@@ -197,12 +198,20 @@ func (x *exchange) complete(now time.Time) step {
 	if !x.duplex() {
 		x.body = nil // only FULL_DUPLEX_STREAMED sends the body back
 	}
-	x.submitAt = now
-	x.stage = stageQueued
-	if err := x.env.submit(&pl.req, x.subset); err != nil {
+	x.stage = stageWaiting
+	x.adm.submitted()
+	switch err := x.env.submit(&pl.req, x.subset); {
+	case err == nil:
+		return step{}
+	case errors.Is(err, errStopped):
 		return x.onShutdown(now)
+	default:
+		// The stream's context ended: the client left before its request
+		// reached the scheduler. Nobody waits for an answer.
+		x.adm.abandon()
+		x.stage = stageOver
+		return step{end: true, err: errClientGone}
 	}
-	return step{}
 }
 
 // canCarryRoute reports whether a held request message can carry the

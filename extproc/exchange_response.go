@@ -22,10 +22,6 @@ func (x *exchange) canHoldResponse() bool {
 	return false
 }
 
-// accounted reports whether the response path feeds the scheduler: the
-// request was admitted and not yet reported.
-func (x *exchange) accounted() bool { return x.admitted && !x.reported }
-
 // responseHeaders answers the response headers, or holds the answer while
 // the request can still be preempted, so that a victim can still get the
 // 503 preemption answer until its first token. Response headers before the
@@ -33,20 +29,25 @@ func (x *exchange) accounted() bool { return x.admitted && !x.reported }
 func (x *exchange) responseHeaders(now time.Time, h *extprocv3.HttpHeaders) step {
 	switch x.stage {
 	case stageRouted:
-	case stageStart, stageBody, stageQueued:
+	case stageStart, stageBody, stageWaiting:
 		return x.envoyReply(now, h)
 	default:
 		return x.protocolError("response headers in stage %s", x.stage)
 	}
-	x.respStarted = true
-	x.respWorker = successStatus(h)
+	if x.resp != responseNone {
+		return x.protocolError("response headers twice")
+	}
+	x.resp = responseOther
+	if successStatus(h) {
+		x.resp = responseWorker
+	}
 	if h.GetEndOfStream() {
 		x.finishResponse()
 		return step{send: []*extprocv3.ProcessingResponse{responseHeadersReply()}}
 	}
-	if x.respWorker && x.accounted() && !x.firstToken && x.p.preemptible[x.who.priority] && x.canHoldResponse() {
-		x.respHeld = true
-		x.respTimer.start(now, x.cfg.EnvoyMessageTimeout, x.respMode != extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
+	if x.resp == responseWorker && x.preemptible() && x.canHoldResponse() {
+		x.heldResp = &heldResponse{}
+		x.heldResp.timer.start(now, x.cfg.EnvoyMessageTimeout, x.respMode != extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
 		return step{}
 	}
 	return step{send: []*extprocv3.ProcessingResponse{responseHeadersReply()}}
@@ -62,29 +63,26 @@ func (x *exchange) responseBody(now time.Time, b *extprocv3.HttpBody) step {
 		return x.protocolError("response body in stage %s", x.stage)
 	}
 	body, eos := b.GetBody(), b.GetEndOfStream()
-	if x.admitted && x.respWorker {
+	if x.resp == responseWorker && x.plan != nil {
 		x.usage.Feed(body)
-	}
-	if len(body) > 0 && !x.firstToken && x.respWorker {
-		x.firstToken = true
-		if x.accounted() {
-			x.env.notify(evFirstToken, x.id)
+		if len(body) > 0 {
+			x.adm.reportFirstToken()
 		}
 	}
 	if eos {
 		x.finishResponse()
 	}
 	duplex := x.respMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
-	if x.respHeld {
+	if h := x.heldResp; h != nil {
 		c := respChunk{eos: eos}
 		if duplex || x.restoresModel() {
 			c.body = body
 		}
-		x.respPending = append(x.respPending, c)
-		if x.firstToken || eos {
+		h.pending = append(h.pending, c)
+		if x.adm.firstToken || eos {
 			return step{send: x.releaseResponse()}
 		}
-		x.respTimer.start(now, x.cfg.EnvoyMessageTimeout, !duplex)
+		h.timer.start(now, x.cfg.EnvoyMessageTimeout, !duplex)
 		return step{}
 	}
 	if duplex {
@@ -122,10 +120,7 @@ func (x *exchange) responseTrailers(time.Time) step {
 // with CONTINUE until its end, where the stream ends cleanly.
 func (x *exchange) envoyReply(now time.Time, h *extprocv3.HttpHeaders) step {
 	code := responseStatus(h)
-	if x.stage == stageQueued {
-		x.leaveQueue(now, x.queued, "")
-	}
-	x.report(evCancel)
+	x.adm.release()
 	x.p.metrics.envoyReplies.WithLabelValues(strconv.Itoa(code)).Inc()
 	x.log.Debug("Envoy answered the request itself before the route", "request", x.id, "status", code, "stage", x.stage.String())
 	x.stage = stageEnvoyReply
@@ -168,37 +163,34 @@ func successStatus(h *extprocv3.HttpHeaders) bool {
 // releaseResponse answers the held response headers and the body chunks
 // held behind them.
 func (x *exchange) releaseResponse() []*extprocv3.ProcessingResponse {
-	if !x.respHeld {
+	h := x.heldResp
+	if h == nil {
 		return nil
 	}
-	x.respHeld = false
-	x.respTimer = envoyTimer{}
-	out := make([]*extprocv3.ProcessingResponse, 0, 1+len(x.respPending))
+	x.heldResp = nil
+	out := make([]*extprocv3.ProcessingResponse, 0, 1+len(h.pending))
 	out = append(out, responseHeadersReply())
-	for _, c := range x.respPending {
+	for _, c := range h.pending {
 		if x.respMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
 			out = append(out, duplexResponseChunk(x.restoreModel(c.body), c.eos))
 		} else {
 			out = append(out, x.streamedResponseChunk(c.body))
 		}
 	}
-	x.respPending = nil
 	return out
 }
 
-// finishResponse reports Done for a completed response and compares the
-// estimates with the worker's usage.
+// finishResponse releases a completed request and compares the estimates
+// with the worker's usage.
 func (x *exchange) finishResponse() {
-	if x.accounted() {
-		x.report(evDone)
-	}
+	x.adm.release()
 	x.compareUsage()
 }
 
 // compareUsage compares the prompt and cached-token estimates with the
 // usage the worker reported, once, and calibrates the tokenizer.
 func (x *exchange) compareUsage() {
-	if x.compared || x.plan == nil || !x.admitted || !x.respWorker {
+	if x.compared || x.plan == nil || x.resp != responseWorker {
 		return
 	}
 	u := x.usage.Usage()
@@ -208,7 +200,8 @@ func (x *exchange) compareUsage() {
 	x.compared = true
 	actual := float64(u.PromptTokens)
 	x.p.observeCostError(x.plan.req.Model, (float64(x.plan.estimate)-actual)/actual)
-	x.p.metrics.cachedError.Observe((float64(x.plan.cachedOn(x.target.worker)) - float64(u.CachedTokens)) / actual)
+	// The cached tokens the scheduler priced the request on.
+	x.p.metrics.cachedError.Observe((float64(x.adm.decision.Cached) - float64(u.CachedTokens)) / actual)
 	if !x.plan.exact && x.plan.textBytes > 0 {
 		x.p.tok.Observe(x.plan.req.Model, x.plan.textBytes, u.PromptTokens)
 	}

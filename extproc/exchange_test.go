@@ -2,13 +2,16 @@ package extproc
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -60,14 +63,14 @@ func TestExchange_BufferedAdmission(t *testing.T) {
 		t.Fatal("exchange not waiting after submit")
 	}
 	// Queued: exactly one bare override, for the whole budget.
-	s = x.onTicket(t0.Add(2*time.Millisecond), ticketState{queued: true})
+	s = tell(x, t0.Add(2*time.Millisecond), queued)
 	if diff := cmp.Diff([]string{"override 5m10s"}, kinds(s.send)); diff != "" {
 		t.Fatalf("queued (-want +got):\n%s", diff)
 	}
-	if s = x.onTicket(t0.Add(3*time.Millisecond), ticketState{queued: true}); len(s.send) != 0 {
+	if s = tell(x, t0.Add(3*time.Millisecond), queued); len(s.send) != 0 {
 		t.Fatalf("second queued notice sent %v", kinds(s.send))
 	}
-	s = x.onTicket(t0.Add(time.Second), dispatched(true))
+	s = tell(x, t0.Add(time.Second), dispatched(true))
 	if diff := cmp.Diff([]string{"req_body+route"}, kinds(s.send)); diff != "" {
 		t.Fatalf("dispatch (-want +got):\n%s", diff)
 	}
@@ -103,7 +106,7 @@ func TestExchange_BufferedAdmission(t *testing.T) {
 		t.Fatalf("response body: %v", kinds(s.send))
 	}
 	x.close(t0.Add(4*time.Second), errClientGone)
-	if diff := cmp.Diff([]note{{evFirstToken, 7}, {evDone, 7}}, env.notes, cmp.AllowUnexported(note{})); diff != "" {
+	if diff := cmp.Diff([]note{{evFirstToken, 7}, {evRelease, 7}}, env.notes, cmp.AllowUnexported(note{})); diff != "" {
 		t.Errorf("notes (-want +got):\n%s", diff)
 	}
 }
@@ -199,7 +202,7 @@ func TestExchange_BodyModes(t *testing.T) {
 			if r := env.submits[0]; tt.headersOnly != (r.Model == "" && r.ISL == 0) {
 				t.Errorf("submitted model %q isl %d; headers only = %v", r.Model, r.ISL, tt.headersOnly)
 			}
-			s := x.onTicket(t0, dispatched(false))
+			s := tell(x, t0, dispatched(false))
 			if diff := cmp.Diff(tt.wantRoute, kinds(s.send)); diff != "" {
 				t.Fatalf("replies at the decision (-want +got):\n%s", diff)
 			}
@@ -346,7 +349,7 @@ func TestExchange_SpoofedDestinationIsOverwritten(t *testing.T) {
 	x, _, _ := newTestExchange(t, testConfig(nil))
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false, headerDestination, "203.0.113.66:22"))
 	feed(t, x, reqBody(chatBody, true))
-	s := x.onTicket(t0, dispatched(false))
+	s := tell(x, t0, dispatched(false))
 	for _, h := range s.send[0].GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
 		if h.GetHeader().GetKey() == headerDestination && (string(h.GetHeader().GetRawValue()) != "10.0.0.7:8000" || !appendFalse(h)) {
 			t.Fatalf("destination %q append false %v", h.GetHeader().GetRawValue(), appendFalse(h))
@@ -360,7 +363,7 @@ func TestExchange_MultiRankWorkerGetsTheRankHeader(t *testing.T) {
 	feed(t, x, reqBody(chatBody, true))
 	st := dispatched(false)
 	st.target.rank, st.target.multiRank = 3, true
-	mut := x.onTicket(t0, st).send[0].GetRequestBody().GetResponse().GetHeaderMutation()
+	mut := tell(x, t0, st).send[0].GetRequestBody().GetResponse().GetHeaderMutation()
 	want := map[string]string{headerDestination: "10.0.0.7:8000", headerUpstreamRank: "3"}
 	if diff := cmp.Diff(want, headerMap(mut)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -393,7 +396,7 @@ func TestExchange_SchedulerRejections(t *testing.T) {
 		x, env, _ := newTestExchange(t, testConfig(nil))
 		feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false))
 		feed(t, x, reqBody(chatBody, true))
-		s := x.onTicket(t0, rejected(tt.a))
+		s := tell(x, t0, rejected(tt.a))
 		if ir := immediateOf(t, s); int32(ir.GetStatus().GetCode()) != tt.status || !s.end {
 			t.Errorf("outcome %d: status %d end %v, want %d", tt.a.Outcome, ir.GetStatus().GetCode(), s.end, tt.status)
 		}
@@ -440,10 +443,10 @@ func TestExchange_ClientGoneWhileQueuedCancelsOnce(t *testing.T) {
 	x, env, _ := newTestExchange(t, testConfig(nil))
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false))
 	feed(t, x, reqBody(chatBody, true))
-	x.onTicket(t0, ticketState{queued: true})
+	tell(x, t0, queued)
 	x.close(t0.Add(time.Second), errClientGone)
 	x.close(t0.Add(time.Second), errClientGone)
-	if diff := cmp.Diff([]note{{evCancel, 7}}, env.notes, cmp.AllowUnexported(note{})); diff != "" {
+	if diff := cmp.Diff([]note{{evRelease, 7}}, env.notes, cmp.AllowUnexported(note{})); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
@@ -456,19 +459,19 @@ func TestExchange_DoneOrCancelExactlyOnce(t *testing.T) {
 		msgs []*extprocv3.ProcessingRequest
 		want eventKind
 	}{
-		{"no response observed", nil, evDone},
-		{"response completed", []*extprocv3.ProcessingRequest{respHeaders(false), respBody("x", true)}, evDone},
-		{"response completed by trailers", []*extprocv3.ProcessingRequest{respHeaders(false), respBody("x", false), respTrailers()}, evDone},
-		{"header-only response", []*extprocv3.ProcessingRequest{respHeaders(true)}, evDone},
-		{"response cut short", []*extprocv3.ProcessingRequest{respHeaders(false), respBody("x", false)}, evCancel},
-		{"no body yet", []*extprocv3.ProcessingRequest{respHeaders(false)}, evCancel},
+		{"no response observed", nil, evRelease},
+		{"response completed", []*extprocv3.ProcessingRequest{respHeaders(false), respBody("x", true)}, evRelease},
+		{"response completed by trailers", []*extprocv3.ProcessingRequest{respHeaders(false), respBody("x", false), respTrailers()}, evRelease},
+		{"header-only response", []*extprocv3.ProcessingRequest{respHeaders(true)}, evRelease},
+		{"response cut short", []*extprocv3.ProcessingRequest{respHeaders(false), respBody("x", false)}, evRelease},
+		{"no body yet", []*extprocv3.ProcessingRequest{respHeaders(false)}, evRelease},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			x, env, _ := newTestExchange(t, testConfig(nil))
 			feed(t, x, reqHeaders(proto{req: modeBuffered, resp: modeStreamed}, "POST", "/v1/chat/completions", false))
 			feed(t, x, reqBody(chatBody, true))
-			x.onTicket(t0, dispatched(false))
+			tell(x, t0, dispatched(false))
 			feed(t, x, tt.msgs...)
 			x.close(t0, errClientGone)
 			x.close(t0, errClientGone)
@@ -497,7 +500,7 @@ func TestExchange_QueueBudget(t *testing.T) {
 		if at, ok := x.deadline(); !ok || !at.Equal(t0.Add(900*time.Millisecond)) {
 			t.Fatalf("deadline before the override %v %v", at, ok)
 		}
-		s := x.onTicket(t0.Add(10*time.Millisecond), ticketState{queued: true})
+		s := tell(x, t0.Add(10*time.Millisecond), queued)
 		if !cmp.Equal([]string{"override 1m0.1s"}, kinds(s.send)) {
 			t.Fatalf("override: %v", kinds(s.send))
 		}
@@ -509,7 +512,7 @@ func TestExchange_QueueBudget(t *testing.T) {
 		if ir := immediateOf(t, s); ir.GetStatus().GetCode() != 503 || !bytes.Contains(ir.GetBody(), []byte("scheduler_queue_timeout")) {
 			t.Fatalf("expiry answer %d %s", ir.GetStatus().GetCode(), ir.GetBody())
 		}
-		if !cmp.Equal([]note{{evCancel, 7}}, env.notes, cmp.AllowUnexported(note{})) {
+		if !cmp.Equal([]note{{evRelease, 7}}, env.notes, cmp.AllowUnexported(note{})) {
 			t.Errorf("notes %v", env.notes)
 		}
 	})
@@ -517,7 +520,7 @@ func TestExchange_QueueBudget(t *testing.T) {
 		x, env, _ := newTestExchange(t, testConfig(func(c *Config) { c.Sched.Priority = prio; c.EnvoyMaxMessageTimeout = -1 }))
 		feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false))
 		feed(t, x, reqBody(chatBody, true))
-		if s := x.onTicket(t0, ticketState{queued: true}); len(s.send) != 0 {
+		if s := tell(x, t0, queued); len(s.send) != 0 {
 			t.Fatalf("override sent while Envoy accepts none: %v", kinds(s.send))
 		}
 		at, ok := x.deadline()
@@ -527,14 +530,14 @@ func TestExchange_QueueBudget(t *testing.T) {
 		if ir := immediateOf(t, x.onExpire(at)); ir.GetStatus().GetCode() != 503 {
 			t.Fatalf("status %d", ir.GetStatus().GetCode())
 		}
-		if len(env.notes) != 1 || env.notes[0].kind != evCancel {
+		if len(env.notes) != 1 || env.notes[0].kind != evRelease {
 			t.Errorf("notes %v", env.notes)
 		}
 	})
 	t.Run("full duplex has no Envoy timer", func(t *testing.T) {
 		x, _, _ := newTestExchange(t, testConfig(func(c *Config) { c.Sched.Priority = prio }))
 		feed(t, x, reqHeaders(proto{req: modeDuplex, resp: modeDuplex}, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-		if s := x.onTicket(t0, ticketState{queued: true}); len(s.send) != 0 {
+		if s := tell(x, t0, queued); len(s.send) != 0 {
 			t.Fatalf("override sent in FULL_DUPLEX_STREAMED: %v", kinds(s.send))
 		}
 		if _, ok := x.deadline(); ok {
@@ -548,7 +551,7 @@ func TestExchange_QueueBudget(t *testing.T) {
 		if !cmp.Equal([]string{"override 5m10s"}, kinds(s.send)) {
 			t.Fatalf("expiry before the queued notice: %v", kinds(s.send))
 		}
-		if s := x.onTicket(t0.Add(time.Second), ticketState{queued: true}); len(s.send) != 0 {
+		if s := tell(x, t0.Add(time.Second), queued); len(s.send) != 0 {
 			t.Fatalf("second override %v", kinds(s.send))
 		}
 	})
@@ -567,10 +570,34 @@ func TestExchange_ShutdownWhileQueued(t *testing.T) {
 	}
 	// A submit to a stopped dispatcher is answered the same way.
 	x, env, _ = newTestExchange(t, testConfig(nil))
-	env.submitErr = errGone
+	env.submitErr = errStopped
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false))
 	if ir := immediateOf(t, x.message(t0, reqBody(chatBody, true))); ir.GetStatus().GetCode() != 503 {
 		t.Fatalf("status %d", ir.GetStatus().GetCode())
+	}
+	x.close(t0, errClientGone)
+	if len(env.notes) != 0 {
+		t.Errorf("notes %v after a submit to a stopped dispatcher", env.notes)
+	}
+}
+
+// TestExchange_SubmitAfterTheClientLeft: a submit that fails because the
+// stream's context ended is a departure: nobody is answered, nothing is
+// owed, and the stream ends as a client's normal end.
+func TestExchange_SubmitAfterTheClientLeft(t *testing.T) {
+	x, env, p := newTestExchange(t, testConfig(nil))
+	env.submitErr = context.Canceled
+	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false))
+	s := x.message(t0, reqBody(chatBody, true))
+	if len(s.send) != 0 || !s.end || !errors.Is(s.err, errClientGone) {
+		t.Fatalf("send %v end %v err %v", kinds(s.send), s.end, s.err)
+	}
+	x.close(t0, s.err)
+	if len(env.notes) != 0 {
+		t.Errorf("notes %v", env.notes)
+	}
+	if got := testutil.ToFloat64(p.metrics.rejections.WithLabelValues("server_shutting_down")); got != 0 {
+		t.Errorf("a departure counted as %v shutdown rejections", got)
 	}
 }
 
@@ -585,7 +612,7 @@ func preemptible(t *testing.T, p proto) (*exchange, *fakeEnv) {
 	} else {
 		feed(t, x, reqBody(chatBody, true))
 	}
-	x.onTicket(t0, dispatched(false))
+	tell(x, t0, dispatched(false))
 	return x, env
 }
 
@@ -595,16 +622,14 @@ func TestExchange_PreemptionWithHeldResponseHeaders(t *testing.T) {
 		if got := feed(t, x, respHeaders(false), respBody("", false)); len(got) != 0 {
 			t.Fatalf("resp mode %v: held response answered %v", p.resp, got)
 		}
-		st := dispatched(false)
-		st.preempted = true
-		s := x.onTicket(t0, st)
+		s := tell(x, t0, preempted)
 		ir := immediateOf(t, s)
 		h := headerMap(ir.GetHeaders())
 		if ir.GetStatus().GetCode() != 503 || h["x-smg-preempted"] != "true" || h["retry-after"] != "1" || h["x-smg-error-code"] != "scheduler_preempted" || !s.end {
 			t.Errorf("resp mode %v: status %d headers %v end %v", p.resp, ir.GetStatus().GetCode(), h, s.end)
 		}
 		x.close(t0, errClientGone)
-		if !cmp.Equal([]note{{evCancel, 7}}, env.notes, cmp.AllowUnexported(note{})) {
+		if !cmp.Equal([]note{{evRelease, 7}}, env.notes, cmp.AllowUnexported(note{})) {
 			t.Errorf("resp mode %v: notes %v", p.resp, env.notes)
 		}
 	}
@@ -616,9 +641,7 @@ func TestExchange_PreemptionWithHeldResponseHeaders(t *testing.T) {
 // error that only a CEL local-reply mapper could turn into it.
 func TestExchange_PreemptionWithoutOutstandingMessage(t *testing.T) {
 	x, env := preemptible(t, proto{req: modeBuffered, resp: modeStreamed, early: true})
-	st := dispatched(false)
-	st.preempted = true
-	s := x.onTicket(t0, st)
+	s := tell(x, t0, preempted)
 	if !s.end || s.err != nil || len(s.send) != 1 {
 		t.Fatalf("end %v err %v send %v", s.end, s.err, kinds(s.send))
 	}
@@ -629,21 +652,28 @@ func TestExchange_PreemptionWithoutOutstandingMessage(t *testing.T) {
 		t.Errorf("status %d headers %v body %s", ir.GetStatus().GetCode(), h, ir.GetBody())
 	}
 	x.close(t0, errClientGone)
-	if !cmp.Equal([]note{{evCancel, 7}}, env.notes, cmp.AllowUnexported(note{})) {
+	if !cmp.Equal([]note{{evRelease, 7}}, env.notes, cmp.AllowUnexported(note{})) {
 		t.Errorf("notes %v", env.notes)
 	}
 }
 
-func TestExchange_PreemptedBeforeTheRouteWasSent(t *testing.T) {
+// TestExchange_PreemptedRightAfterTheRoute: a victim chosen before any
+// response gets SMG's answer as an unsolicited ImmediateResponse, which
+// Envoy turns into its local reply (ext_proc.cc:1876-1899).
+func TestExchange_PreemptedRightAfterTheRoute(t *testing.T) {
 	x, env, _ := newTestExchange(t, testConfig(func(c *Config) { c.Sched.Priority = sched.DefaultPriorityConfig() }))
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	st := dispatched(true)
-	st.preempted = true
-	s := x.onTicket(t0, st)
+	if got := kinds(tell(x, t0, queued).send); len(got) != 1 || !strings.HasPrefix(got[0], "override") {
+		t.Fatalf("queued: %v", got)
+	}
+	if got := kinds(tell(x, t0, dispatched(true)).send); !cmp.Equal([]string{"req_body+route"}, got) {
+		t.Fatalf("dispatched: %v", got)
+	}
+	s := tell(x, t0, preempted)
 	if ir := immediateOf(t, s); ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["x-smg-preempted"] != "true" {
 		t.Fatalf("status %d", ir.GetStatus().GetCode())
 	}
-	if !cmp.Equal([]note{{evCancel, 7}}, env.notes, cmp.AllowUnexported(note{})) {
+	if !cmp.Equal([]note{{evRelease, 7}}, env.notes, cmp.AllowUnexported(note{})) {
 		t.Errorf("notes %v", env.notes)
 	}
 }
@@ -655,14 +685,12 @@ func TestExchange_FirstTokenEndsPreemptibility(t *testing.T) {
 	if diff := cmp.Diff([]string{"resp_headers", "resp_body", "resp_body"}, got); diff != "" {
 		t.Fatalf("release (-want +got):\n%s", diff)
 	}
-	st := dispatched(false)
-	st.preempted = true
-	if s := x.onTicket(t0, st); s.end || len(s.send) != 0 {
+	if s := tell(x, t0, preempted); s.end || len(s.send) != 0 {
 		t.Fatalf("preemption after the first token acted: %v %v", kinds(s.send), s.err)
 	}
 	feed(t, x, respBody("more", true))
 	x.close(t0, errClientGone)
-	if diff := cmp.Diff([]note{{evFirstToken, 7}, {evDone, 7}}, env.notes, cmp.AllowUnexported(note{})); diff != "" {
+	if diff := cmp.Diff([]note{{evFirstToken, 7}, {evRelease, 7}}, env.notes, cmp.AllowUnexported(note{})); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
@@ -698,12 +726,12 @@ func TestExchange_ResponseNotHeldWhenProtocolForbids(t *testing.T) {
 func TestExchange_FullDuplexResponseEcho(t *testing.T) {
 	x, env, _ := newTestExchange(t, testConfig(nil))
 	feed(t, x, reqHeaders(proto{req: modeDuplex, resp: modeDuplex}, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	x.onTicket(t0, dispatched(false))
+	tell(x, t0, dispatched(false))
 	got := feed(t, x, respHeaders(false), respBody("ab", false), respBody("c", true))
 	if diff := cmp.Diff([]string{"resp_headers", "resp_body+stream:2", "resp_body+stream:1:eos"}, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]note{{evFirstToken, 7}, {evDone, 7}}, env.notes, cmp.AllowUnexported(note{})); diff != "" {
+	if diff := cmp.Diff([]note{{evFirstToken, 7}, {evRelease, 7}}, env.notes, cmp.AllowUnexported(note{})); diff != "" {
 		t.Errorf("notes (-want +got):\n%s", diff)
 	}
 }
@@ -715,7 +743,7 @@ func TestExchange_ProtocolErrors(t *testing.T) {
 	}
 	x, _, _ = newTestExchange(t, testConfig(nil))
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	x.onTicket(t0, rejected(sched.Action{Outcome: sched.OutcomeQueueFull}))
+	tell(x, t0, rejected(sched.Action{Outcome: sched.OutcomeQueueFull}))
 	if s := x.message(t0, respHeaders(false)); !s.end || status.Code(s.err) != codes.FailedPrecondition {
 		t.Errorf("response after an immediate response: %v", s.err)
 	}
@@ -725,7 +753,7 @@ func TestExchange_UsageComparison(t *testing.T) {
 	x, _, p := newTestExchange(t, testConfig(nil))
 	feed(t, x, reqHeaders(proto{req: modeBuffered, resp: modeBuffered}, "POST", "/v1/completions", false),
 		reqBody(`{"model":"llama","prompt":"`+strings.Repeat("abcd", 25)+`"}`, true))
-	x.onTicket(t0, dispatched(false))
+	tell(x, t0, dispatched(false))
 	feed(t, x, respHeaders(false), respBody(`{"usage":{"prompt_tokens":20,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens":1}}`, true))
 	// The estimate is 25 tokens (100 bytes / 4): +25% against 20.
 	if got := histogramSum(t, p.metrics, "tollgate_cost_estimate_error_ratio"); got != 0.25 {

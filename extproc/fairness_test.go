@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"testing/synctest"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -80,30 +81,31 @@ func TestExchange_MalformedFlowHeaderIs400(t *testing.T) {
 // The fairness series: queued requests per flow and Jain's index at scrape
 // time, served uncached tokens per flow on dispatch.
 func TestMetrics_FairnessSeries(t *testing.T) {
-	tenants, err := policy.NewTenants(policy.TenantOptions{TrustHeader: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{
-		Sched:            sched.Config{Priority: testPriority()},
-		Tenancy:          &Tenancy{Tenants: tenants},
-		Fairness:         policy.FairnessTenant,
-		TenantMetricTopN: 2,
-	}
-	// The worker names the model, so it has its own queue and label.
-	ts := startServer(t, cfg, []Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1, Model: "llama"}})
-	p := proto{req: modeBuffered, resp: modeStreamed}
-	a := ts.open()
-	a.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-tenant-id", "red"), reqBody(chatBody, true))
-	a.recvKinds(2) // dispatched: the only slot
-	for _, tenant := range []string{"blue", "red", "green"} {
-		s := ts.open()
-		s.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-tenant-id", tenant), reqBody(chatBody, true))
-		s.recvKinds(2) // queued: override
-	}
-	ts.waitStats("three queued", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 3 })
-	reg := ts.srv.metrics.reg
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+	synctest.Test(t, func(t *testing.T) {
+		tenants, err := policy.NewTenants(policy.TenantOptions{TrustHeader: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{
+			Sched:            sched.Config{Priority: testPriority()},
+			Tenancy:          &Tenancy{Tenants: tenants},
+			Fairness:         policy.FairnessTenant,
+			TenantMetricTopN: 2,
+		}
+		// The worker names the model, so it has its own queue and label.
+		ts := startServer(t, cfg, []Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1, Model: "llama"}})
+		p := proto{req: modeBuffered, resp: modeStreamed}
+		a := ts.open()
+		a.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-tenant-id", "red"), reqBody(chatBody, true))
+		a.recvKinds(2) // dispatched: the only slot
+		for _, tenant := range []string{"blue", "red", "green"} {
+			s := ts.open()
+			s.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-tenant-id", tenant), reqBody(chatBody, true))
+			s.recvKinds(2) // queued: override
+		}
+		ts.waitStats("three queued", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 3 })
+		reg := ts.srv.metrics.reg
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP tollgate_fairness_flow_queued_requests Queued requests by model, Dynamo policy class and fairness key (flow), with fairness on. Keys past the top-N, and the per-lane overflow flow, are "other".
 # TYPE tollgate_fairness_flow_queued_requests gauge
 tollgate_fairness_flow_queued_requests{flow="header:blue",model="llama",policy_class="default"} 1
@@ -113,12 +115,13 @@ tollgate_fairness_flow_queued_requests{flow="other",model="llama",policy_class="
 # TYPE tollgate_fairness_jain_index gauge
 tollgate_fairness_jain_index{model="llama",policy_class="default"} 1
 `), "tollgate_fairness_flow_queued_requests", "tollgate_fairness_jain_index"); err != nil {
-		t.Error(err)
-	}
-	if n := testutil.CollectAndCount(ts.srv.metrics.servedFlows, "tollgate_fairness_served_tokens_total"); n != 1 {
-		t.Fatalf("%d served-token series after one dispatch, want 1 (header:red)", n)
-	}
-	if v := testutil.ToFloat64(ts.srv.metrics.servedFlows.WithLabelValues("llama", "default", "header:red")); v <= 0 {
-		t.Fatalf("served tokens of header:red = %v", v)
-	}
+			t.Error(err)
+		}
+		if n := testutil.CollectAndCount(ts.srv.metrics.servedFlows, "tollgate_fairness_served_tokens_total"); n != 1 {
+			t.Fatalf("%d served-token series after one dispatch, want 1 (header:red)", n)
+		}
+		if v := testutil.ToFloat64(ts.srv.metrics.servedFlows.WithLabelValues("llama", "default", "header:red")); v <= 0 {
+			t.Fatalf("served tokens of header:red = %v", v)
+		}
+	})
 }

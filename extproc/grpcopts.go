@@ -31,6 +31,8 @@ const recvHeadroom = 256 << 10
 //     drops them after KeepaliveTimeout without an ack, and it tolerates
 //     client pings every MinPingInterval, also on connections without
 //     streams (Envoy keeps its ext_proc connections open between requests);
+//   - a per-stream context the server can cancel, which bounds the wait
+//     for a stream's first message without a goroutine per stream;
 //   - TLS from GRPC.TLSCert/TLSKey, and mutual TLS requiring a client
 //     certificate signed by GRPC.ClientCA.
 func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
@@ -47,6 +49,7 @@ func ServerOptions(cfg Config) ([]grpc.ServerOption, error) {
 		})),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: g.MinPingInterval, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: g.KeepaliveTime, Timeout: g.KeepaliveTimeout}),
+		tapOption(),
 	}
 	if g.TLSCert == "" {
 		return opts, nil

@@ -132,7 +132,7 @@ func FuzzExchangeRequest(f *testing.F) {
 			s = x.message(t0, reqBody(string(body), true))
 		}
 		if !s.end && x.waiting() {
-			s = x.onTicket(t0, dispatched(false))
+			s = tell(x, t0, dispatched(false))
 			if len(s.send) == 0 {
 				t.Fatal("dispatch sent nothing")
 			}

@@ -100,6 +100,7 @@ type fakeEnv struct {
 	servedAt  []string
 	notes     []note
 	routes    []string
+	routedTo  []string
 	dest      target
 	destOK    bool
 	routeErr  error
@@ -121,7 +122,12 @@ func (f *fakeEnv) route(model string, sub *subset) (target, bool, error) {
 	return f.dest, f.destOK, f.routeErr
 }
 
-func (f *fakeEnv) notify(kind eventKind, id uint64) { f.notes = append(f.notes, note{kind, id}) }
+func (f *fakeEnv) release(id uint64)    { f.notes = append(f.notes, note{evRelease, id}) }
+func (f *fakeEnv) firstToken(id uint64) { f.notes = append(f.notes, note{evFirstToken, id}) }
+
+func (f *fakeEnv) routed(_ time.Time, worker string, _ *plan) {
+	f.routedTo = append(f.routedTo, worker)
+}
 
 func (f *fakeEnv) served(id uint64, worker string, rank uint32) {
 	f.servedAt = append(f.servedAt, fmt.Sprintf("%d %s/%d", id, worker, rank))
@@ -152,17 +158,26 @@ func newTestExchange(t *testing.T, cfg Config) (*exchange, *fakeEnv, *planner) {
 	return newExchange(p, env, c.Logger, 7), env, p
 }
 
-// dispatched is a ticket state for a dispatch to 10.0.0.7:8000.
-func dispatched(queued bool) ticketState {
-	return ticketState{queued: queued, decided: true,
-		action: sched.Action{Kind: sched.ActionDispatch, ID: 7, Worker: "w0", Outcome: sched.OutcomeAdmitted, Queued: queued},
+// queued is the scheduler's queued notice.
+var queued = notice{kind: noticeQueued}
+
+// preempted is the scheduler's preemption notice.
+var preempted = notice{kind: noticePreempted}
+
+// dispatched is the notice of a dispatch to 10.0.0.7:8000.
+func dispatched(wasQueued bool) notice {
+	return notice{kind: noticeDecided,
+		action: sched.Action{Kind: sched.ActionDispatch, ID: 7, Worker: "w0", Outcome: sched.OutcomeAdmitted, Queued: wasQueued},
 		target: target{worker: "w0", address: "10.0.0.7:8000"}}
 }
 
-func rejected(a sched.Action) ticketState {
+func rejected(a sched.Action) notice {
 	a.Kind, a.ID = sched.ActionReject, 7
-	return ticketState{decided: true, action: a}
+	return notice{kind: noticeDecided, action: a}
 }
+
+// tell gives the exchange a notice with no other one waiting.
+func tell(x *exchange, now time.Time, n notice) step { return x.onNotice(now, n, false) }
 
 // kinds names the oneof of each response, for compact assertions.
 func kinds(rs []*extprocv3.ProcessingResponse) []string {

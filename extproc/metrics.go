@@ -147,12 +147,12 @@ func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metr
 // maxModelLabels bounds the distinct model label values of tollgate_* series.
 const maxModelLabels = 64
 
-// observeWait records a queued request leaving the queue. class is the
-// physical policy class the scheduler queued it in ("unknown" when the
-// request left without a decision, such as a client that went away).
-func (m *metrics) observeWait(p sched.Priority, model, class string, wait time.Duration) {
-	m.smgQueueWait.WithLabelValues(p.String()).Observe(wait.Seconds())
-	m.queueWait.WithLabelValues(m.modelLabel(model), class).Observe(wait.Seconds())
+// observeWait records a request leaving its queue: dispatched, rejected,
+// or released by its stream (a client that went away, or Envoy's timer
+// about to fire), with the scheduler's measure of its wait.
+func (m *metrics) observeWait(a *sched.Action) {
+	m.smgQueueWait.WithLabelValues(a.Priority.String()).Observe(a.Wait.Seconds())
+	m.queueWait.WithLabelValues(m.modelLabel(a.Model), a.PolicyClass).Observe(a.Wait.Seconds())
 }
 
 // modelLabel is the model label of tollgate_* series: "unknown" for no

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -27,35 +28,36 @@ func TestTenantLabels_TopN(t *testing.T) {
 // TestMetrics_Exposition runs requests through a server and compares the
 // scheduler series with their upstream names and labels.
 func TestMetrics_Exposition(t *testing.T) {
-	file := policy.DefaultPriorityFile()
-	file.Tenants["header:red"] = sched.PriorityBulk
-	tenants, err := policy.NewTenants(policy.TenantOptions{TrustHeader: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{
-		Sched:            sched.Config{Priority: testPriority()},
-		Tenancy:          &Tenancy{Tenants: tenants, PriorityFile: file},
-		TenantMetricTopN: 1,
-	}
-	ts := startServer(t, cfg, oneWorker)
-	p := proto{req: modeBuffered, resp: modeStreamed}
-	a := ts.open()
-	a.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-tenant-id", "red", "x-smg-priority", "interactive"), reqBody(chatBody, true))
-	a.recvKinds(2)
-	b := ts.open()
-	b.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-tenant-id", "blue", "x-smg-priority", "urgent"), reqBody(chatBody, true))
-	b.recvKinds(2) // queued: override
-	ts.waitStats("b queued", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 1 })
-
-	reg := ts.srv.metrics.reg
-	expect := func(text string, names ...string) {
-		t.Helper()
-		if err := testutil.GatherAndCompare(reg, strings.NewReader(text), names...); err != nil {
-			t.Error(err)
+	synctest.Test(t, func(t *testing.T) {
+		file := policy.DefaultPriorityFile()
+		file.Tenants["header:red"] = sched.PriorityBulk
+		tenants, err := policy.NewTenants(policy.TenantOptions{TrustHeader: true})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	expect(`
+		cfg := Config{
+			Sched:            sched.Config{Priority: testPriority()},
+			Tenancy:          &Tenancy{Tenants: tenants, PriorityFile: file},
+			TenantMetricTopN: 1,
+		}
+		ts := startServer(t, cfg, oneWorker)
+		p := proto{req: modeBuffered, resp: modeStreamed}
+		a := ts.open()
+		a.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-tenant-id", "red", "x-smg-priority", "interactive"), reqBody(chatBody, true))
+		a.recvKinds(2)
+		b := ts.open()
+		b.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-tenant-id", "blue", "x-smg-priority", "urgent"), reqBody(chatBody, true))
+		b.recvKinds(2) // queued: override
+		ts.waitStats("b queued", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 1 })
+
+		reg := ts.srv.metrics.reg
+		expect := func(text string, names ...string) {
+			t.Helper()
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(text), names...); err != nil {
+				t.Error(err)
+			}
+		}
+		expect(`
 # HELP smg_scheduler_clamp_total Requests whose x-smg-priority was lowered to the tenant's max class.
 # TYPE smg_scheduler_clamp_total counter
 smg_scheduler_clamp_total{effective_class="bulk",requested_class="interactive",tenant="header:red"} 1
@@ -90,13 +92,13 @@ dynamo_frontend_router_queue_pending_requests{model="unknown",policy_class="defa
 # TYPE tollgate_worker_active_requests gauge
 tollgate_worker_active_requests{rank="0",worker="w0"} 1
 `, "smg_scheduler_clamp_total", "smg_scheduler_unknown_priority_value_total", "smg_scheduler_inflight", "smg_scheduler_queue_depth",
-		"smg_scheduler_queue_size_limit", "smg_scheduler_utilization", "dynamo_frontend_router_queue_pending_requests", "tollgate_worker_active_requests")
+			"smg_scheduler_queue_size_limit", "smg_scheduler_utilization", "dynamo_frontend_router_queue_pending_requests", "tollgate_worker_active_requests")
 
-	a.finish()
-	b.untilRoute()
-	b.finish()
-	ts.waitIdle()
-	expect(`
+		a.finish()
+		b.untilRoute()
+		b.finish()
+		ts.waitIdle()
+		expect(`
 # HELP smg_scheduler_admit_total Admission outcomes by effective priority class.
 # TYPE smg_scheduler_admit_total counter
 smg_scheduler_admit_total{class="bulk",outcome="admitted"} 1
@@ -120,28 +122,29 @@ smg_scheduler_admit_total{class="system",outcome="preempted"} 0
 smg_scheduler_admit_total{class="system",outcome="rejected_queue_full"} 0
 smg_scheduler_admit_total{class="system",outcome="rejected_queue_timeout"} 0
 `, "smg_scheduler_admit_total")
-	if n := testutil.CollectAndCount(ts.srv.metrics.smgQueueWait); n != 1 {
-		t.Errorf("queue wait series %d, want 1 (the queued default request)", n)
-	}
-	if n := testutil.CollectAndCount(ts.srv.metrics.decisionLatency); n != 1 {
-		t.Errorf("decision latency series %d", n)
-	}
-
-	rec := httptest.NewRecorder()
-	ts.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "smg_scheduler_class_capacity_pressure") {
-		t.Errorf("/metrics %d", rec.Code)
-	}
-	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200} {
-		rec := httptest.NewRecorder()
-		ts.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
-		if rec.Code != want {
-			t.Errorf("%s = %d, want %d", path, rec.Code, want)
+		if n := testutil.CollectAndCount(ts.srv.metrics.smgQueueWait); n != 1 {
+			t.Errorf("queue wait series %d, want 1 (the queued default request)", n)
 		}
-	}
-	if _, ok := ts.srv.Stats(context.Background()); !ok {
-		t.Error("no stats")
-	}
+		if n := testutil.CollectAndCount(ts.srv.metrics.decisionLatency); n != 1 {
+			t.Errorf("decision latency series %d", n)
+		}
+
+		rec := httptest.NewRecorder()
+		ts.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "smg_scheduler_class_capacity_pressure") {
+			t.Errorf("/metrics %d", rec.Code)
+		}
+		for path, want := range map[string]int{"/healthz": 200, "/readyz": 200} {
+			rec := httptest.NewRecorder()
+			ts.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			if rec.Code != want {
+				t.Errorf("%s = %d, want %d", path, rec.Code, want)
+			}
+		}
+		if _, ok := ts.srv.Stats(context.Background()); !ok {
+			t.Error("no stats")
+		}
+	})
 }
 
 func TestMetrics_ModelLabelOnlyForNamedModels(t *testing.T) {

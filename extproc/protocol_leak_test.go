@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -18,38 +19,44 @@ import (
 func TestExchange_ProtocolErrorWhileQueuedCancels(t *testing.T) {
 	x, env, _ := newTestExchange(t, testConfig(nil))
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	x.onTicket(t0, ticketState{queued: true})
+	tell(x, t0, queued)
 	s := x.message(t0, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false))
 	if !s.end || status.Code(s.err) != codes.FailedPrecondition {
 		t.Fatalf("second request headers while queued: %v", s.err)
 	}
 	x.close(t0.Add(time.Second), s.err)
 	x.close(t0.Add(time.Second), errClientGone)
-	if diff := cmp.Diff([]note{{evCancel, 7}}, env.notes, cmp.AllowUnexported(note{})); diff != "" {
+	if diff := cmp.Diff([]note{{evRelease, 7}}, env.notes, cmp.AllowUnexported(note{})); diff != "" {
 		t.Errorf("notes (-want +got):\n%s", diff)
 	}
 }
 
-// TestServer_ProtocolErrorWhileQueuedFreesTheQueue checks the same end to end:
-// a queued request whose stream fails on an out-of-place message leaves the
-// queue, and nothing stays booked once the admitted request finishes.
+// TestServer_ProtocolErrorWhileQueuedFreesTheQueue checks the same end to end.
+// A queued request reads nothing until its decision (Envoy sends nothing
+// while it waits for the reply, and resets the stream when the client
+// leaves), so the out-of-place message is seen once the request is routed:
+// the stream then fails and releases the booking; nothing stays booked.
 func TestServer_ProtocolErrorWhileQueuedFreesTheQueue(t *testing.T) {
-	ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
-	p := proto{req: modeBuffered, resp: modeStreamed}
-	a := ts.open()
-	a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	if got := a.recvKinds(2); !cmp.Equal([]string{"req_headers", "req_body+route"}, got) {
-		t.Fatalf("a: %v", got)
-	}
-	b := ts.open()
-	b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	b.recvKinds(2) // headers, override
-	ts.waitStats("b queued", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 1 })
-	b.send(reqHeaders(p, "POST", "/v1/chat/completions", false)) // out of place while the request is queued
-	if err := b.end(); status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("b end %v, want FailedPrecondition", err)
-	}
-	ts.waitStats("b gone", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 0 })
-	a.finish()
-	ts.waitIdle()
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
+		p := proto{req: modeBuffered, resp: modeStreamed}
+		a := ts.open()
+		a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		if got := a.recvKinds(2); !cmp.Equal([]string{"req_headers", "req_body+route"}, got) {
+			t.Fatalf("a: %v", got)
+		}
+		b := ts.open()
+		b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		b.recvKinds(2) // headers, override
+		ts.waitStats("b queued", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 1 })
+		b.send(reqHeaders(p, "POST", "/v1/chat/completions", false)) // out of place while the request is queued
+		a.finish()
+		if got := b.recvKinds(1); !cmp.Equal([]string{"req_body+route"}, got) {
+			t.Fatalf("b after a finished: %v", got)
+		}
+		if err := b.end(); status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("b end %v, want FailedPrecondition", err)
+		}
+		ts.waitIdle()
+	})
 }

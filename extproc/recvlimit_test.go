@@ -3,6 +3,7 @@ package extproc
 import (
 	"strings"
 	"testing"
+	"testing/synctest"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -121,24 +122,26 @@ func FuzzHeaderMapLimits(f *testing.F) {
 // A flood now ends the stream with a gRPC error before decoding, and a
 // request a little over the entry limit is answered 431.
 func TestServer_HeaderFloodEndsTheStream(t *testing.T) {
-	ts := startServer(t, Config{}, oneWorker)
-	for range 2 {
-		cs := ts.open()
-		cs.send(headersMessage(200_000, 0, 0))
-		if err := cs.end(); status.Code(err) == codes.OK || !strings.Contains(err.Error(), "without a body exceeds the limit") {
-			t.Fatalf("flood: %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{}, oneWorker)
+		for range 2 {
+			cs := ts.open()
+			cs.send(headersMessage(200_000, 0, 0))
+			if err := cs.end(); status.Code(err) == codes.OK || !strings.Contains(err.Error(), "without a body exceeds the limit") {
+				t.Fatalf("flood: %v", err)
+			}
 		}
-	}
-	cs := ts.open()
-	m := headersMessage(DefaultMaxHeaderCount+1, 0, 0)
-	m.GetRequestHeaders().GetHeaders().Headers = append(m.GetRequestHeaders().GetHeaders().Headers[:0],
-		&corev3.HeaderValue{Key: ":method", RawValue: []byte("POST")}, &corev3.HeaderValue{Key: ":path", RawValue: []byte("/v1/completions")})
-	for range DefaultMaxHeaderCount {
-		m.GetRequestHeaders().GetHeaders().Headers = append(m.GetRequestHeaders().GetHeaders().Headers, &corev3.HeaderValue{})
-	}
-	cs.send(m)
-	r := cs.recv().GetImmediateResponse()
-	if r.GetStatus().GetCode() != 431 || !strings.Contains(string(r.GetBody()), "102 header entries, more than the limit of 100") {
-		t.Fatalf("101 entries: %v", r)
-	}
+		cs := ts.open()
+		m := headersMessage(DefaultMaxHeaderCount+1, 0, 0)
+		m.GetRequestHeaders().GetHeaders().Headers = append(m.GetRequestHeaders().GetHeaders().Headers[:0],
+			&corev3.HeaderValue{Key: ":method", RawValue: []byte("POST")}, &corev3.HeaderValue{Key: ":path", RawValue: []byte("/v1/completions")})
+		for range DefaultMaxHeaderCount {
+			m.GetRequestHeaders().GetHeaders().Headers = append(m.GetRequestHeaders().GetHeaders().Headers, &corev3.HeaderValue{})
+		}
+		cs.send(m)
+		r := cs.recv().GetImmediateResponse()
+		if r.GetStatus().GetCode() != 431 || !strings.Contains(string(r.GetBody()), "102 header entries, more than the limit of 100") {
+			t.Fatalf("101 entries: %v", r)
+		}
+	})
 }

@@ -16,10 +16,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/extproc/enginemetrics"
 	"github.com/tollgate/tollgate/sched"
@@ -57,24 +55,20 @@ type Server struct {
 	health  *health.Server
 	ends    *streamEnds
 
-	ids      atomic.Uint64
-	active   atomic.Int64 // open Process streams
-	draining atomic.Bool
-	// shed is closed when Drain sheds the queue: streams that have not
-	// sent their first message end then.
-	shed     chan struct{}
-	shedOnce sync.Once
-	// standby is set while another replica holds the leader lease.
-	standby atomic.Bool
-	ready   atomic.Bool
-	// workerCount and leaderAcquisitions feed stateCollector.
-	workerCount        atomic.Int64
-	leaderAcquisitions atomic.Uint64
-	// readers tracks the Recv goroutines, which outlive their handler by
-	// the moment gRPC takes to cancel the stream.
+	ids    atomic.Uint64
+	active atomic.Int64 // open Process streams
+	// idle is signalled when the last open stream ends; Drain waits on it.
+	idle chan struct{}
+	// shed ends when Drain sheds the queue: streams that have not sent
+	// their first message end then.
+	shed     context.Context
+	shedNow  context.CancelFunc
+	warnOnce sync.Once
+	// readers tracks the Recv goroutines of preemptible requests, which
+	// outlive their handler by the moment gRPC takes to cancel the stream.
 	readers sync.WaitGroup
 
-	// runMu guards started: before Run, worker changes apply directly.
+	// runMu guards started: before Run, control events apply directly.
 	runMu   sync.Mutex
 	started bool
 	// workersMu serializes worker set changes and guards workerIDs.
@@ -100,7 +94,7 @@ func New(cfg Config, workers []Worker) (*Server, error) {
 	}
 	sc := cfg.Sched
 	if sc.Start.IsZero() {
-		sc.Start = cfg.Now()
+		sc.Start = time.Now()
 	}
 	sch, err := sched.New(sc, ws.sched)
 	if err != nil {
@@ -111,9 +105,10 @@ func New(cfg Config, workers []Worker) (*Server, error) {
 
 // newServer wires a Server around any scheduler; cfg has its defaults.
 func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
-	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), workerIDs: make(map[string]struct{}), shed: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), workerIDs: make(map[string]struct{}), idle: make(chan struct{}, 1)}
+	s.shed, s.shedNow = context.WithCancel(context.Background())
 	s.metrics = newMetrics(cfg.TenantMetricTopN, s.stats)
-	s.ends = newStreamEnds(s.metrics.reg, s.log, cfg.Now)
+	s.ends = newStreamEnds(s.metrics.reg, s.log, time.Now)
 	if cfg.KVEvents != nil {
 		s.metrics.reg.MustRegister(cfg.KVEvents.Collectors()...)
 	}
@@ -132,12 +127,13 @@ func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
 		return nil, fmt.Errorf("extproc: %w", err)
 	}
 	s.planner = p
-	s.disp = newDispatcher(sch, ws, cfg.Now, s.log, func(d time.Duration) { s.metrics.decisionLatency.Observe(d.Seconds()) })
+	s.disp = newDispatcher(sch, ws, time.Now, s.log, dispatcherHooks{
+		submitted: func(d time.Duration) { s.metrics.decisionLatency.Observe(d.Seconds()) },
+		waited:    s.metrics.observeWait,
+		serving:   s.updateHealth,
+	})
 	if cfg.EngineMetrics != nil {
 		ec := *cfg.EngineMetrics
-		if ec.Now == nil {
-			ec.Now = cfg.Now
-		}
 		s.scraper = enginemetrics.New(ec, s.reportEngines)
 		s.metrics.reg.MustRegister(s.scraper)
 	}
@@ -164,9 +160,6 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.started = true
 	s.runMu.Unlock()
-	// A SetActive before Run only recorded the flag; the dispatcher starts
-	// from it (a later SetActive reaches the dispatcher as an event).
-	s.disp.standby = s.standby.Load()
 	s.log.Info("dispatcher started")
 	var wg sync.WaitGroup
 	if s.scraper != nil {
@@ -202,6 +195,20 @@ func (s *Server) running() bool {
 	return s.started
 }
 
+// control applies a control event: directly before Run (under runMu, so
+// Run cannot start meanwhile), through the dispatcher afterwards.
+func (s *Server) control(ctx context.Context, ev event) (reply, error) {
+	s.runMu.Lock()
+	if !s.started {
+		defer s.runMu.Unlock()
+		ev.reply = make(chan reply, 1)
+		s.disp.handle(ev)
+		return <-ev.reply, nil
+	}
+	s.runMu.Unlock()
+	return s.disp.call(ctx, ev)
+}
+
 // SetWorkers validates ws and swaps it in atomically: the scheduler's
 // capacity and reservations follow it, queued requests pinned to a removed
 // worker are answered 503, in-flight requests on removed workers keep
@@ -215,25 +222,17 @@ func (s *Server) SetWorkers(ws []Worker) error {
 	}
 	s.workersMu.Lock()
 	defer s.workersMu.Unlock()
-	s.runMu.Lock()
-	if !s.started {
-		d := s.disp
-		d.workers = set
-		d.deliver(d.sch.SetWorkers(s.cfg.Now(), set.sched))
-		s.runMu.Unlock()
-	} else {
-		s.runMu.Unlock()
-		if _, err := s.disp.call(context.Background(), event{kind: evWorkers, workers: set}); err != nil {
-			return err
-		}
+	if _, err := s.control(context.Background(), event{kind: evWorkers, workers: set}); err != nil {
+		return err
 	}
 	s.noteWorkers(set)
 	s.log.Info("worker set applied", "workers", len(set.sched))
 	return nil
 }
 
-// noteWorkers updates readiness and the prefix index after a swap.
-// s.workersMu is held (or s is being built).
+// noteWorkers tells the prefix index, the engine scraper, the KV events
+// and the metrics about a new worker set. s.workersMu is held (or s is
+// being built).
 func (s *Server) noteWorkers(set *workerSet) {
 	for id := range s.workerIDs {
 		if _, ok := set.byID[id]; !ok {
@@ -251,14 +250,11 @@ func (s *Server) noteWorkers(set *workerSet) {
 	if s.cfg.KVEvents != nil {
 		s.cfg.KVEvents.SetWorkers(set.kv)
 	}
-	s.ready.Store(len(set.byID) > 0)
-	s.workerCount.Store(int64(len(set.byID)))
-	s.updateHealth()
 }
 
 // Ready reports whether the server has workers, leads (or runs without
 // leader election) and is not draining.
-func (s *Server) Ready() bool { return s.ready.Load() && !s.draining.Load() && !s.standby.Load() }
+func (s *Server) Ready() bool { return s.disp.serving().ready() }
 
 // SetActive switches the server between leading (true, the initial state)
 // and standing by (false) for leader election. A standby reports NOT_SERVING
@@ -267,23 +263,17 @@ func (s *Server) Ready() bool { return s.ready.Load() && !s.draining.Load() && !
 // view stays current, so it can take over as soon as it is made active
 // again. Requests already dispatched finish normally.
 func (s *Server) SetActive(ctx context.Context, active bool) error {
-	if wasStandby := s.standby.Swap(!active); wasStandby && active {
-		s.leaderAcquisitions.Add(1)
-	}
-	s.updateHealth()
 	s.log.Info("leadership changed", "active", active)
-	if !s.running() {
-		return nil
-	}
-	if _, err := s.disp.call(ctx, event{kind: evActive, active: active}); err != nil && !errors.Is(err, errStopped) {
+	if _, err := s.control(ctx, event{kind: evActive, active: active}); err != nil && !errors.Is(err, errStopped) {
 		return err
 	}
 	return nil
 }
 
-func (s *Server) updateHealth() {
+// updateHealth publishes a serving snapshot on gRPC health.
+func (s *Server) updateHealth(v serving) {
 	st := healthgrpc.HealthCheckResponse_NOT_SERVING
-	if s.Ready() {
+	if v.ready() {
 		st = healthgrpc.HealthCheckResponse_SERVING
 	}
 	for _, name := range []string{"", ServiceName, HealthReadiness, HealthInferenceExtension} {
@@ -300,33 +290,44 @@ func (s *Server) updateHealth() {
 // error when streams are still open then or ctx ends first. The caller
 // then stops the gRPC server and cancels Run's context.
 func (s *Server) Drain(ctx context.Context) error {
-	s.draining.Store(true)
-	s.updateHealth()
+	if _, err := s.control(ctx, event{kind: evDrain}); err != nil && !errors.Is(err, errStopped) {
+		return err
+	}
 	s.log.Info("draining", "delay", s.cfg.DrainDelay, "open_streams", s.active.Load())
 	if err := sleepCtx(ctx, s.cfg.DrainDelay); err != nil {
 		return err
 	}
-	s.shedOnce.Do(func() { close(s.shed) })
-	if s.running() {
-		if _, err := s.disp.call(ctx, event{kind: evDrain}); err != nil && !errors.Is(err, errStopped) {
-			return err
-		}
+	s.shedNow()
+	if _, err := s.control(ctx, event{kind: evShed}); err != nil && !errors.Is(err, errStopped) {
+		return err
 	}
 	deadline := time.NewTimer(s.cfg.ShutdownTimeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
 	for s.active.Load() > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
 			return fmt.Errorf("extproc: %d streams still open after the shutdown timeout of %v", s.active.Load(), s.cfg.ShutdownTimeout)
-		case <-tick.C:
+		case <-s.idle:
 		}
 	}
 	s.log.Info("drained")
 	return nil
+}
+
+// streamOpened counts an open stream and returns the number open.
+func (s *Server) streamOpened() int64 { return s.active.Add(1) }
+
+// streamClosed counts a stream's end and signals Drain when it was the
+// last one.
+func (s *Server) streamClosed() {
+	if s.active.Add(-1) == 0 {
+		select {
+		case s.idle <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -356,12 +357,13 @@ func (s *Server) MetricsHandler() http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		v := s.disp.serving()
 		switch {
-		case s.draining.Load():
+		case v.draining:
 			http.Error(w, "draining", http.StatusServiceUnavailable)
-		case s.standby.Load():
+		case v.standby:
 			http.Error(w, "standby: another replica leads", http.StatusServiceUnavailable)
-		case !s.ready.Load():
+		case v.workers == 0:
 			http.Error(w, "no workers", http.StatusServiceUnavailable)
 		default:
 			_, _ = io.WriteString(w, "ready\n")
@@ -384,179 +386,3 @@ func (s *Server) stats(ctx context.Context) (sched.Stats, bool) {
 // until ctx ends; ok is false when ctx ended first or Run has stopped.
 func (s *Server) Stats(ctx context.Context) (sched.Stats, bool) { return s.stats(ctx) }
 
-// streamEnv connects an exchange to the dispatcher.
-type streamEnv struct {
-	s   *Server
-	tk  *ticket
-	ctx context.Context
-}
-
-func (e *streamEnv) submit(r *sched.Request, sub *subset) error {
-	return e.s.disp.send(e.ctx, event{kind: evSubmit, id: r.ID, req: *r, subset: sub, tk: e.tk, at: e.s.cfg.Now()})
-}
-
-func (e *streamEnv) route(model string, sub *subset) (target, bool, error) {
-	r, err := e.s.disp.call(e.ctx, event{kind: evRoute, model: model, subset: sub})
-	return r.target, r.ok, err
-}
-
-func (e *streamEnv) notify(kind eventKind, id uint64) { e.s.disp.notify(kind, id) }
-
-func (e *streamEnv) served(id uint64, worker string, rank uint32) {
-	_ = e.s.disp.send(context.Background(), event{kind: evServed, id: id, worker: worker, rank: rank})
-}
-
-type received struct {
-	m   *extprocv3.ProcessingRequest
-	err error
-}
-
-// Process serves one ext_proc stream: one HTTP request. The stream
-// goroutine runs the exchange; a reader goroutine turns Recv into a
-// channel so the loop also sees the scheduler's ticket, the hold deadline,
-// the stream's end and the dispatcher's.
-func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
-	n := s.active.Add(1)
-	defer s.active.Add(-1)
-	ctx := stream.Context()
-	id := s.ids.Add(1)
-	defer func() { s.ends.ended(id, err) }()
-	if n > int64(s.cfg.MaxConcurrentStreams) {
-		return status.Errorf(codes.ResourceExhausted, "tollgate: more than %d concurrent ext_proc streams", s.cfg.MaxConcurrentStreams)
-	}
-	tk := newTicket(id)
-	x := newExchange(s.planner, &streamEnv{s: s, tk: tk, ctx: ctx}, s.log, id)
-
-	in := make(chan received)
-	done := make(chan struct{})
-	defer close(done)
-	s.readers.Go(func() {
-		for {
-			m, err := stream.Recv()
-			select {
-			case in <- received{m, err}:
-			case <-done:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	})
-
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	next, ended, err := s.firstMessage(ctx, x, in)
-	if ended {
-		return err
-	}
-	for {
-		if at, ok := x.deadline(); ok {
-			timer.Reset(max(0, at.Sub(s.cfg.Now())))
-		} else {
-			timer.Stop()
-		}
-		var stopped <-chan struct{}
-		if x.waiting() {
-			stopped = s.disp.stopped
-		}
-		var st step
-		if next != nil {
-			st, next = x.message(s.cfg.Now(), next), nil
-		} else {
-			select {
-			case r := <-in:
-				if r.err != nil {
-					return s.endStream(x, r.err)
-				}
-				st = x.message(s.cfg.Now(), r.m)
-			case <-tk.wake:
-				st = x.onTicket(s.cfg.Now(), tk.load())
-			case <-timer.C:
-				st = x.onExpire(s.cfg.Now())
-			case <-stopped:
-				st = x.onShutdown(s.cfg.Now())
-			case <-ctx.Done():
-				// gRPC also cancels the stream when it refuses a message
-				// (oversized, undecodable); the reader then holds that error.
-				return s.endStream(x, lastRecvErr(in))
-			}
-		}
-		for _, m := range st.send {
-			if err := stream.Send(m); err != nil {
-				if ctx.Err() != nil {
-					// The stream is done; the reader holds why.
-					return s.endStream(x, lastRecvErr(in))
-				}
-				x.close(s.cfg.Now(), err)
-				return err
-			}
-		}
-		if st.end {
-			x.close(s.cfg.Now(), st.err)
-			return st.err
-		}
-	}
-}
-
-// firstMessage waits for a stream's first message, at most
-// FirstMessageTimeout; a stream that was open when Drain shed the queue and
-// has sent nothing ends then. When ended is set the stream is over and err
-// is what Process returns.
-func (s *Server) firstMessage(ctx context.Context, x *exchange, in <-chan received) (m *extprocv3.ProcessingRequest, ended bool, err error) {
-	first := time.NewTimer(s.cfg.FirstMessageTimeout)
-	defer first.Stop()
-	shed := s.shed
-	select {
-	case <-shed:
-		shed = nil // opened after the shedding: new arrivals get their answer
-	default:
-	}
-	var r received
-	select {
-	case r = <-in:
-	case <-first.C:
-		x.close(s.cfg.Now(), errClientGone)
-		return nil, true, status.Errorf(codes.DeadlineExceeded, "tollgate: no message within %v of opening the stream", s.cfg.FirstMessageTimeout)
-	case <-shed:
-		select {
-		case r = <-in: // it raced the shedding
-		default:
-			x.close(s.cfg.Now(), errClientGone)
-			return nil, true, status.Error(codes.Unavailable, "tollgate: draining; the stream sent no message")
-		}
-	case <-ctx.Done():
-		return nil, true, s.endStream(x, lastRecvErr(in))
-	}
-	if r.err != nil {
-		return nil, true, s.endStream(x, r.err)
-	}
-	return r.m, false, nil
-}
-
-// lastRecvErr returns the error that ends the reader's Recv loop, skipping
-// messages still in flight. Once the stream's context is done Recv returns
-// at once, so this does not block for long.
-func lastRecvErr(in <-chan received) error {
-	for r := range in {
-		if r.err != nil {
-			return r.err
-		}
-	}
-	return io.EOF
-}
-
-// endStream handles a Recv error. A half-close (io.EOF) or a reset
-// (Canceled) is Envoy's normal way to end a stream. Any other error (for
-// example a message over the receive limit, which gRPC answers with
-// ResourceExhausted itself) ends the stream with that error: Envoy fails the
-// request closed with its status_on_error.
-func (s *Server) endStream(x *exchange, err error) error {
-	now := s.cfg.Now()
-	if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
-		x.close(now, errClientGone)
-		return nil
-	}
-	x.close(now, err) // logged, rate-limited, by streamEnds
-	return err
-}

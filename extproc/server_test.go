@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -136,7 +137,8 @@ func (c *clientStream) send(ms ...*extprocv3.ProcessingRequest) {
 	}
 }
 
-// recv returns the next reply, failing after a few seconds.
+// recv returns the next reply, failing after a few seconds of the bubble's
+// fake clock, that is when the test would otherwise deadlock.
 func (c *clientStream) recv() *extprocv3.ProcessingResponse {
 	c.t.Helper()
 	select {
@@ -191,13 +193,15 @@ func (c *clientStream) end() error {
 	return nil
 }
 
-// quiet fails if a reply arrives within d.
+// quiet fails if a reply arrives within d of the bubble's fake clock.
 func (c *clientStream) quiet(d time.Duration) {
 	c.t.Helper()
+	time.Sleep(d)
+	synctest.Wait()
 	select {
 	case r := <-c.in:
 		c.t.Fatalf("unexpected reply %v (%v)", kinds([]*extprocv3.ProcessingResponse{r.m}), r.err)
-	case <-time.After(d):
+	default:
 	}
 }
 
@@ -238,115 +242,126 @@ func (ts *testServer) waitIdle() {
 	})
 }
 
+// waitStats checks the scheduler once every goroutine of the test's
+// bubble is blocked: what the test waits for has happened by then, or
+// never will.
 func (ts *testServer) waitStats(what string, ok func(sched.Stats) bool) {
 	ts.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		s, got := ts.srv.Stats(context.Background())
-		if got && ok(s) {
-			return
-		}
-		if time.Now().After(deadline) {
-			ts.t.Fatalf("scheduler not %s: %+v", what, s)
-		}
-		time.Sleep(5 * time.Millisecond)
+	synctest.Wait()
+	if s, got := ts.srv.Stats(context.Background()); !got || !ok(s) {
+		ts.t.Fatalf("scheduler not %s: %+v", what, s)
 	}
 }
 
 var oneWorker = []Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1}}
 
 func TestServer_BufferedRoundTrip(t *testing.T) {
-	ts := startServer(t, Config{}, []Worker{{ID: "w0", Address: "10.0.0.7:8000"}, {ID: "w1", Address: "10.0.0.8:8000", DPSize: 2}})
-	c := ts.open()
-	p := proto{req: modeBuffered, resp: modeStreamed}
-	c.send(reqHeaders(p, "POST", "/v1/chat/completions", false))
-	if got := c.recvKinds(1); !cmp.Equal([]string{"req_headers"}, got) {
-		t.Fatalf("headers: %v", got)
-	}
-	c.send(reqBody(chatBody, true))
-	m := c.recv()
-	if got := kinds([]*extprocv3.ProcessingResponse{m}); !cmp.Equal([]string{"req_body+route"}, got) {
-		t.Fatalf("body: %v", got)
-	}
-	dest := headerMap(m.GetRequestBody().GetResponse().GetHeaderMutation())[headerDestination]
-	if dest != "10.0.0.7:8000" && dest != "10.0.0.8:8000" {
-		t.Fatalf("destination %q", dest)
-	}
-	ts.waitStats("booked", func(s sched.Stats) bool { return s.InFlight[sched.PriorityDefault] == 1 })
-	c.finish()
-	ts.waitIdle()
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{}, []Worker{{ID: "w0", Address: "10.0.0.7:8000"}, {ID: "w1", Address: "10.0.0.8:8000", DPSize: 2}})
+		c := ts.open()
+		p := proto{req: modeBuffered, resp: modeStreamed}
+		c.send(reqHeaders(p, "POST", "/v1/chat/completions", false))
+		if got := c.recvKinds(1); !cmp.Equal([]string{"req_headers"}, got) {
+			t.Fatalf("headers: %v", got)
+		}
+		c.send(reqBody(chatBody, true))
+		m := c.recv()
+		if got := kinds([]*extprocv3.ProcessingResponse{m}); !cmp.Equal([]string{"req_body+route"}, got) {
+			t.Fatalf("body: %v", got)
+		}
+		dest := headerMap(m.GetRequestBody().GetResponse().GetHeaderMutation())[headerDestination]
+		if dest != "10.0.0.7:8000" && dest != "10.0.0.8:8000" {
+			t.Fatalf("destination %q", dest)
+		}
+		ts.waitStats("booked", func(s sched.Stats) bool { return s.InFlight[sched.PriorityDefault] == 1 })
+		c.finish()
+		ts.waitIdle()
+	})
 }
 
 func TestServer_GetRoutesWithoutAdmission(t *testing.T) {
-	ts := startServer(t, Config{}, oneWorker)
-	c := ts.open()
-	c.send(reqHeaders(proto{req: modeBuffered}, "GET", "/v1/models", true))
-	if got := c.recvKinds(1); !cmp.Equal([]string{"req_headers+route"}, got) {
-		t.Fatalf("%v", got)
-	}
-	_ = c.s.CloseSend()
-	if err := c.end(); !errors.Is(err, io.EOF) {
-		t.Fatal(err)
-	}
-	s, _ := ts.srv.Stats(context.Background())
-	if s.Admits[sched.PriorityDefault][sched.OutcomeAdmitted] != 0 {
-		t.Error("a GET was counted as an admission")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{}, oneWorker)
+		c := ts.open()
+		c.send(reqHeaders(proto{req: modeBuffered}, "GET", "/v1/models", true))
+		if got := c.recvKinds(1); !cmp.Equal([]string{"req_headers+route"}, got) {
+			t.Fatalf("%v", got)
+		}
+		_ = c.s.CloseSend()
+		if err := c.end(); !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		s, _ := ts.srv.Stats(context.Background())
+		if s.Admits[sched.PriorityDefault][sched.OutcomeAdmitted] != 0 {
+			t.Error("a GET was counted as an admission")
+		}
+	})
 }
 
 func TestServer_ClientCancelWhileQueuedThenCapacityFrees(t *testing.T) {
-	ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
-	p := proto{req: modeBuffered, resp: modeStreamed}
-	admit := func() *clientStream {
-		c := ts.open()
-		c.send(reqHeaders(p, "POST", "/v1/chat/completions", false))
-		c.recv()
-		c.send(reqBody(chatBody, true))
-		return c
-	}
-	a := admit()
-	if got := a.recvKinds(1); !cmp.Equal([]string{"req_body+route"}, got) {
-		t.Fatalf("a: %v", got)
-	}
-	b := admit()
-	if got := b.recvKinds(1); !cmp.Equal([]string{"override 30.1s"}, got) {
-		t.Fatalf("b queued: %v", got)
-	}
-	ts.waitStats("b queued", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 1 })
-	b.cancel() // Envoy resets the stream: the client went away.
-	ts.waitStats("b gone", func(s sched.Stats) bool {
-		return s.QueueDepth[sched.PriorityDefault] == 0 && s.Admits[sched.PriorityDefault][sched.OutcomeClientCancelled] == 1
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
+		p := proto{req: modeBuffered, resp: modeStreamed}
+		admit := func() *clientStream {
+			c := ts.open()
+			c.send(reqHeaders(p, "POST", "/v1/chat/completions", false))
+			c.recv()
+			c.send(reqBody(chatBody, true))
+			return c
+		}
+		a := admit()
+		if got := a.recvKinds(1); !cmp.Equal([]string{"req_body+route"}, got) {
+			t.Fatalf("a: %v", got)
+		}
+		b := admit()
+		if got := b.recvKinds(1); !cmp.Equal([]string{"override 30.1s"}, got) {
+			t.Fatalf("b queued: %v", got)
+		}
+		ts.waitStats("b queued", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 1 })
+		b.cancel() // Envoy resets the stream: the client went away.
+		ts.waitStats("b gone", func(s sched.Stats) bool {
+			return s.QueueDepth[sched.PriorityDefault] == 0 && s.Admits[sched.PriorityDefault][sched.OutcomeClientCancelled] == 1
+		})
+		c := admit()
+		if got := c.recvKinds(1); !cmp.Equal([]string{"override 30.1s"}, got) {
+			t.Fatalf("c queued: %v", got)
+		}
+		a.finish()
+		if got := c.recvKinds(1); !cmp.Equal([]string{"req_body+route"}, got) {
+			t.Fatalf("c after a finished: %v", got)
+		}
+		c.finish()
+		ts.waitIdle()
 	})
-	c := admit()
-	if got := c.recvKinds(1); !cmp.Equal([]string{"override 30.1s"}, got) {
-		t.Fatalf("c queued: %v", got)
-	}
-	a.finish()
-	if got := c.recvKinds(1); !cmp.Equal([]string{"req_body+route"}, got) {
-		t.Fatalf("c after a finished: %v", got)
-	}
-	c.finish()
-	ts.waitIdle()
 }
 
-func TestServer_HalfCloseWhileQueuedCancels(t *testing.T) {
-	ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
-	p := proto{req: modeBuffered}
-	a := ts.open()
-	a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	a.recvKinds(2)
-	b := ts.open()
-	b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	b.recvKinds(2) // headers, override
-	if err := b.s.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.end(); !errors.Is(err, io.EOF) {
-		t.Fatalf("b end %v", err)
-	}
-	ts.waitStats("b gone", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 0 })
-	a.finish()
-	ts.waitIdle()
+// TestServer_HalfCloseWhileQueuedIsReleasedAfterItsRoute: Envoy half-closes
+// without a reset only under an opt-in runtime flag, and resets the stream
+// remote_close_timeout later (envoy-source-audit.md 8a). A queued request
+// reads nothing until its decision, so it is routed when its turn comes,
+// then sees the half-close and releases its booking at once.
+func TestServer_HalfCloseWhileQueuedIsReleasedAfterItsRoute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
+		p := proto{req: modeBuffered}
+		a := ts.open()
+		a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		a.recvKinds(2)
+		b := ts.open()
+		b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		b.recvKinds(2) // headers, override
+		if err := b.s.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		a.finish()
+		if got := b.recvKinds(1); !cmp.Equal([]string{"req_body+route"}, got) {
+			t.Fatalf("b after a finished: %v", got)
+		}
+		if err := b.end(); !errors.Is(err, io.EOF) {
+			t.Fatalf("b end %v", err)
+		}
+		ts.waitIdle()
+	})
 }
 
 // TestServer_PreemptedVictimGetsTheImmediateResponse: a victim with no
@@ -354,223 +369,240 @@ func TestServer_HalfCloseWhileQueuedCancels(t *testing.T) {
 // which Envoy accepts whenever processing is not complete
 // (ext_proc.cc:1876-1899), and its stream then ends cleanly.
 func TestServer_PreemptedVictimGetsTheImmediateResponse(t *testing.T) {
-	cfg := Config{Sched: sched.Config{Priority: testPriority()}, Tenancy: &Tenancy{DefaultMaxClass: "system"}}
-	ts := startServer(t, cfg, oneWorker)
-	p := proto{req: modeBuffered, resp: modeStreamed, early: true}
-	victim := ts.open()
-	victim.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "bulk"), reqBody(chatBody, true))
-	if got := victim.recvKinds(2); !cmp.Equal([]string{"req_headers", "req_body+route"}, got) {
-		t.Fatalf("victim: %v", got)
-	}
-	urgent := ts.open()
-	urgent.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "interactive"), reqBody(chatBody, true))
-	ir := victim.recv().GetImmediateResponse()
-	if ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["x-smg-preempted"] != "true" {
-		t.Fatalf("victim answer %v", ir)
-	}
-	if err := victim.end(); !errors.Is(err, io.EOF) {
-		t.Fatalf("victim end %v, want a clean end", err)
-	}
-	// The victim's slot goes to the preemptor.
-	urgent.untilRoute()
-	urgent.finish()
-	ts.waitIdle()
-	s, _ := ts.srv.Stats(context.Background())
-	if s.Preemptions[sched.PriorityBulk][sched.PriorityInteractive] != 1 {
-		t.Errorf("preemptions %v", s.Preemptions)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		cfg := Config{Sched: sched.Config{Priority: testPriority()}, Tenancy: &Tenancy{DefaultMaxClass: "system"}}
+		ts := startServer(t, cfg, oneWorker)
+		p := proto{req: modeBuffered, resp: modeStreamed, early: true}
+		victim := ts.open()
+		victim.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "bulk"), reqBody(chatBody, true))
+		if got := victim.recvKinds(2); !cmp.Equal([]string{"req_headers", "req_body+route"}, got) {
+			t.Fatalf("victim: %v", got)
+		}
+		urgent := ts.open()
+		urgent.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "interactive"), reqBody(chatBody, true))
+		ir := victim.recv().GetImmediateResponse()
+		if ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["x-smg-preempted"] != "true" {
+			t.Fatalf("victim answer %v", ir)
+		}
+		if err := victim.end(); !errors.Is(err, io.EOF) {
+			t.Fatalf("victim end %v, want a clean end", err)
+		}
+		// The victim's slot goes to the preemptor.
+		urgent.untilRoute()
+		urgent.finish()
+		ts.waitIdle()
+		s, _ := ts.srv.Stats(context.Background())
+		if s.Preemptions[sched.PriorityBulk][sched.PriorityInteractive] != 1 {
+			t.Errorf("preemptions %v", s.Preemptions)
+		}
+	})
 }
 
 func TestServer_PreemptedVictimWithHeldResponseGets503(t *testing.T) {
-	cfg := Config{Sched: sched.Config{Priority: testPriority()}, Tenancy: &Tenancy{DefaultMaxClass: "system"}}
-	ts := startServer(t, cfg, oneWorker)
-	p := proto{req: modeBuffered, resp: modeStreamed, early: true}
-	victim := ts.open()
-	victim.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "bulk"), reqBody(chatBody, true))
-	victim.recvKinds(2)
-	victim.send(respHeaders(false))
-	victim.quiet(50 * time.Millisecond) // held until the first token
-	urgent := ts.open()
-	urgent.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "interactive"), reqBody(chatBody, true))
-	m := victim.recv()
-	ir := m.GetImmediateResponse()
-	if ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["x-smg-preempted"] != "true" {
-		t.Fatalf("victim got %v", kinds([]*extprocv3.ProcessingResponse{m}))
-	}
-	if err := victim.end(); !errors.Is(err, io.EOF) {
-		t.Fatalf("victim end %v", err)
-	}
-	urgent.untilRoute()
-	urgent.finish()
-	ts.waitIdle()
+	synctest.Test(t, func(t *testing.T) {
+		cfg := Config{Sched: sched.Config{Priority: testPriority()}, Tenancy: &Tenancy{DefaultMaxClass: "system"}}
+		ts := startServer(t, cfg, oneWorker)
+		p := proto{req: modeBuffered, resp: modeStreamed, early: true}
+		victim := ts.open()
+		victim.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "bulk"), reqBody(chatBody, true))
+		victim.recvKinds(2)
+		victim.send(respHeaders(false))
+		victim.quiet(50 * time.Millisecond) // held until the first token
+		urgent := ts.open()
+		urgent.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-priority", "interactive"), reqBody(chatBody, true))
+		m := victim.recv()
+		ir := m.GetImmediateResponse()
+		if ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["x-smg-preempted"] != "true" {
+			t.Fatalf("victim got %v", kinds([]*extprocv3.ProcessingResponse{m}))
+		}
+		if err := victim.end(); !errors.Is(err, io.EOF) {
+			t.Fatalf("victim end %v", err)
+		}
+		urgent.untilRoute()
+		urgent.finish()
+		ts.waitIdle()
+	})
 }
 
 func TestServer_DrainAnswersQueuedAndWaitsForInFlight(t *testing.T) {
-	ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}, DrainDelay: 10 * time.Millisecond}, oneWorker)
-	p := proto{req: modeBuffered, resp: modeStreamed}
-	a := ts.open()
-	a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	a.recvKinds(2)
-	b := ts.open()
-	b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	b.recvKinds(2)
-	drained := make(chan error, 1)
-	go func() { drained <- ts.srv.Drain(context.Background()) }()
-	m := b.recv()
-	ir := m.GetImmediateResponse()
-	if ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["retry-after"] == "" {
-		t.Fatalf("queued request got %v", kinds([]*extprocv3.ProcessingResponse{m}))
-	}
-	hc, err := ts.health.Check(context.Background(), &healthgrpc.HealthCheckRequest{Service: ServiceName})
-	if err != nil || hc.GetStatus() != healthgrpc.HealthCheckResponse_NOT_SERVING {
-		t.Fatalf("health while draining %v %v", hc.GetStatus(), err)
-	}
-	rec := httptest.NewRecorder()
-	ts.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-	if rec.Code != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz while draining: %d", rec.Code)
-	}
-	// A new arrival is answered 503 too.
-	c := ts.open()
-	c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	c.recv()
-	if ir := c.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 503 {
-		t.Fatalf("arrival while draining: %v", ir)
-	}
-	select {
-	case err := <-drained:
-		t.Fatalf("drain returned %v with a request in flight", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	a.finish()
-	if err := <-drained; err != nil {
-		t.Fatal(err)
-	}
-	ts.waitIdle()
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}, DrainDelay: 10 * time.Millisecond}, oneWorker)
+		p := proto{req: modeBuffered, resp: modeStreamed}
+		a := ts.open()
+		a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		a.recvKinds(2)
+		b := ts.open()
+		b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		b.recvKinds(2)
+		drained := make(chan error, 1)
+		go func() { drained <- ts.srv.Drain(context.Background()) }()
+		m := b.recv()
+		ir := m.GetImmediateResponse()
+		if ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["retry-after"] == "" {
+			t.Fatalf("queued request got %v", kinds([]*extprocv3.ProcessingResponse{m}))
+		}
+		hc, err := ts.health.Check(context.Background(), &healthgrpc.HealthCheckRequest{Service: ServiceName})
+		if err != nil || hc.GetStatus() != healthgrpc.HealthCheckResponse_NOT_SERVING {
+			t.Fatalf("health while draining %v %v", hc.GetStatus(), err)
+		}
+		rec := httptest.NewRecorder()
+		ts.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz while draining: %d", rec.Code)
+		}
+		// A new arrival is answered 503 too.
+		c := ts.open()
+		c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		c.recv()
+		if ir := c.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 503 {
+			t.Fatalf("arrival while draining: %v", ir)
+		}
+		synctest.Wait()
+		select {
+		case err := <-drained:
+			t.Fatalf("drain returned %v with a request in flight", err)
+		default:
+		}
+		a.finish()
+		if err := <-drained; err != nil {
+			t.Fatal(err)
+		}
+		ts.waitIdle()
+	})
 }
 
 func TestServer_StandbyAnswersQueuedAndNewRequests(t *testing.T) {
-	ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
-	p := proto{req: modeBuffered, resp: modeStreamed}
-	a := ts.open()
-	a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	a.recvKinds(2)
-	b := ts.open()
-	b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	b.recvKinds(2)
-	if err := ts.srv.SetActive(context.Background(), false); err != nil {
-		t.Fatal(err)
-	}
-	if ir := b.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["retry-after"] == "" {
-		t.Fatalf("queued request on losing the lease got %v", ir)
-	}
-	hc, err := ts.health.Check(context.Background(), &healthgrpc.HealthCheckRequest{Service: ServiceName})
-	if err != nil || hc.GetStatus() != healthgrpc.HealthCheckResponse_NOT_SERVING || ts.srv.Ready() {
-		t.Fatalf("standby health %v %v, ready %v", hc.GetStatus(), err, ts.srv.Ready())
-	}
-	c := ts.open()
-	c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	c.recv()
-	if ir := c.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 503 {
-		t.Fatalf("arrival on a standby: %v", ir)
-	}
-	a.finish() // the request dispatched before the lease was lost completes
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
+		p := proto{req: modeBuffered, resp: modeStreamed}
+		a := ts.open()
+		a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		a.recvKinds(2)
+		b := ts.open()
+		b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		b.recvKinds(2)
+		if err := ts.srv.SetActive(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+		if ir := b.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 503 || headerMap(ir.GetHeaders())["retry-after"] == "" {
+			t.Fatalf("queued request on losing the lease got %v", ir)
+		}
+		hc, err := ts.health.Check(context.Background(), &healthgrpc.HealthCheckRequest{Service: ServiceName})
+		if err != nil || hc.GetStatus() != healthgrpc.HealthCheckResponse_NOT_SERVING || ts.srv.Ready() {
+			t.Fatalf("standby health %v %v, ready %v", hc.GetStatus(), err, ts.srv.Ready())
+		}
+		c := ts.open()
+		c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		c.recv()
+		if ir := c.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 503 {
+			t.Fatalf("arrival on a standby: %v", ir)
+		}
+		a.finish() // the request dispatched before the lease was lost completes
 
-	if err := ts.srv.SetActive(context.Background(), true); err != nil {
-		t.Fatal(err)
-	}
-	if !ts.srv.Ready() {
-		t.Fatal("not ready after regaining the lease")
-	}
-	d := ts.open()
-	d.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	if got := d.recvKinds(2); !cmp.Equal([]string{"req_headers", "req_body+route"}, got) {
-		t.Fatalf("arrival after regaining the lease: %v", got)
-	}
-	d.finish()
-	ts.waitIdle()
+		if err := ts.srv.SetActive(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+		if !ts.srv.Ready() {
+			t.Fatal("not ready after regaining the lease")
+		}
+		d := ts.open()
+		d.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		if got := d.recvKinds(2); !cmp.Equal([]string{"req_headers", "req_body+route"}, got) {
+			t.Fatalf("arrival after regaining the lease: %v", got)
+		}
+		d.finish()
+		ts.waitIdle()
+	})
 }
 
 func TestServer_StandbyBeforeRunStaysStandby(t *testing.T) {
-	ts := startServerWith(t, Config{}, oneWorker, func(s *Server) {
-		if err := s.SetActive(context.Background(), false); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServerWith(t, Config{}, oneWorker, func(s *Server) {
+			if err := s.SetActive(context.Background(), false); err != nil {
+				t.Fatal(err)
+			}
+		})
+		p := proto{req: modeBuffered, resp: modeStreamed}
+		c := ts.open()
+		c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		c.recv()
+		if ir := c.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 503 {
+			t.Fatalf("a server made standby before Run admitted a request: %v", ir)
 		}
+		ts.waitIdle()
 	})
-	p := proto{req: modeBuffered, resp: modeStreamed}
-	c := ts.open()
-	c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-	c.recv()
-	if ir := c.recv().GetImmediateResponse(); ir.GetStatus().GetCode() != 503 {
-		t.Fatalf("a server made standby before Run admitted a request: %v", ir)
-	}
-	ts.waitIdle()
 }
 
 func TestServer_HealthFollowsWorkers(t *testing.T) {
-	ts := startServer(t, Config{}, nil)
-	check := func(want healthgrpc.HealthCheckResponse_ServingStatus) {
-		t.Helper()
-		for _, svc := range []string{"", ServiceName} {
-			hc, err := ts.health.Check(context.Background(), &healthgrpc.HealthCheckRequest{Service: svc})
-			if err != nil || hc.GetStatus() != want {
-				t.Fatalf("health %q = %v %v, want %v", svc, hc.GetStatus(), err, want)
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{}, nil)
+		check := func(want healthgrpc.HealthCheckResponse_ServingStatus) {
+			t.Helper()
+			for _, svc := range []string{"", ServiceName} {
+				hc, err := ts.health.Check(context.Background(), &healthgrpc.HealthCheckRequest{Service: svc})
+				if err != nil || hc.GetStatus() != want {
+					t.Fatalf("health %q = %v %v, want %v", svc, hc.GetStatus(), err, want)
+				}
 			}
 		}
-	}
-	check(healthgrpc.HealthCheckResponse_NOT_SERVING)
-	if err := ts.srv.SetWorkers(oneWorker); err != nil {
-		t.Fatal(err)
-	}
-	check(healthgrpc.HealthCheckResponse_SERVING)
-	if err := ts.srv.SetWorkers([]Worker{{ID: "w0", Address: "gpu-0:8000"}}); err == nil || !strings.Contains(err.Error(), `worker "w0"`) {
-		t.Fatalf("hostname accepted: %v", err)
-	}
-	check(healthgrpc.HealthCheckResponse_SERVING)
+		check(healthgrpc.HealthCheckResponse_NOT_SERVING)
+		if err := ts.srv.SetWorkers(oneWorker); err != nil {
+			t.Fatal(err)
+		}
+		check(healthgrpc.HealthCheckResponse_SERVING)
+		if err := ts.srv.SetWorkers([]Worker{{ID: "w0", Address: "gpu-0:8000"}}); err == nil || !strings.Contains(err.Error(), `worker "w0"`) {
+			t.Fatalf("hostname accepted: %v", err)
+		}
+		check(healthgrpc.HealthCheckResponse_SERVING)
+	})
 }
 
 func TestServer_WorkerRemovalAnswersQueuedPinnedRequest(t *testing.T) {
-	ws := []Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1}, {ID: "w1", Address: "10.0.0.8:8000", MaxRunningRequests: 1}}
-	ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, ws)
-	p := proto{req: modeBuffered}
-	var held []*clientStream
-	for range 2 {
-		c := ts.open()
-		c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-		if got := c.recvKinds(2); got[1] != "req_body+route" {
-			t.Fatalf("fill: %v", got)
+	synctest.Test(t, func(t *testing.T) {
+		ws := []Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1}, {ID: "w1", Address: "10.0.0.8:8000", MaxRunningRequests: 1}}
+		ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, ws)
+		p := proto{req: modeBuffered}
+		var held []*clientStream
+		for range 2 {
+			c := ts.open()
+			c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+			if got := c.recvKinds(2); got[1] != "req_body+route" {
+				t.Fatalf("fill: %v", got)
+			}
+			held = append(held, c)
 		}
-		held = append(held, c)
-	}
-	pinned := ts.open()
-	pinned.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-dynamo-worker-instance-id", "w1"), reqBody(chatBody, true))
-	pinned.recvKinds(2)
-	if err := ts.srv.SetWorkers(ws[:1]); err != nil {
-		t.Fatal(err)
-	}
-	ir := pinned.recv().GetImmediateResponse()
-	if ir.GetStatus().GetCode() != 503 || !strings.Contains(string(ir.GetBody()), "w1") {
-		t.Fatalf("pinned: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
-	}
-	for _, c := range held {
-		c.finish()
-	}
-	ts.waitIdle()
+		pinned := ts.open()
+		pinned.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-dynamo-worker-instance-id", "w1"), reqBody(chatBody, true))
+		pinned.recvKinds(2)
+		if err := ts.srv.SetWorkers(ws[:1]); err != nil {
+			t.Fatal(err)
+		}
+		ir := pinned.recv().GetImmediateResponse()
+		if ir.GetStatus().GetCode() != 503 || !strings.Contains(string(ir.GetBody()), "w1") {
+			t.Fatalf("pinned: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
+		}
+		for _, c := range held {
+			c.finish()
+		}
+		ts.waitIdle()
+	})
 }
 
 // TestServer_MessageOverTheReceiveLimitFailsClosed: gRPC itself ends a
 // stream whose message exceeds the receive limit; Envoy then answers with
 // its status_on_error, and nothing stays booked.
 func TestServer_MessageOverTheReceiveLimitFailsClosed(t *testing.T) {
-	ts := startServer(t, Config{MaxBodyBytes: 1024, MaxHeaderBytes: 1024}, oneWorker)
-	c := ts.open()
-	c.send(reqHeaders(proto{req: modeBuffered}, "POST", "/v1/completions", false))
-	c.recv()
-	_ = c.s.Send(reqBody(strings.Repeat("x", 300<<10), true)) // over 1 KiB + 1 KiB + 256 KiB
-	if err := c.end(); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("end %v", err)
-	}
-	ts.waitIdle()
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{MaxBodyBytes: 1024, MaxHeaderBytes: 1024}, oneWorker)
+		c := ts.open()
+		c.send(reqHeaders(proto{req: modeBuffered}, "POST", "/v1/completions", false))
+		c.recv()
+		_ = c.s.Send(reqBody(strings.Repeat("x", 300<<10), true)) // over 1 KiB + 1 KiB + 256 KiB
+		if err := c.end(); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("end %v", err)
+		}
+		ts.waitIdle()
+	})
 }
 
 func TestServer_ClientIPFromForwardedFor(t *testing.T) {

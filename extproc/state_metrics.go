@@ -27,11 +27,12 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	v := c.s.disp.serving()
 	leader := 1.0
-	if c.s.standby.Load() {
+	if v.standby {
 		leader = 0
 	}
-	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(c.s.workerCount.Load()))
+	ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(v.workers))
 	ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, leader)
-	ch <- prometheus.MustNewConstMetric(c.leaderAcquisitions, prometheus.CounterValue, float64(c.s.leaderAcquisitions.Load()))
+	ch <- prometheus.MustNewConstMetric(c.leaderAcquisitions, prometheus.CounterValue, float64(v.acquisitions))
 }

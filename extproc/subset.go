@@ -143,19 +143,20 @@ const servedKey = "x-gateway-destination-endpoint-served"
 // or an endpoint tollgate did not offer, changes nothing.
 func (x *exchange) followServed(now time.Time, md *corev3.Metadata) {
 	v, ok := md.GetFilterMetadata()[lbNamespace].GetFields()[servedKey]
-	if !ok || !x.accounted() {
+	if !ok || !x.adm.inFlight() {
 		return
 	}
+	t := &x.adm.target
 	served := strings.TrimSpace(v.GetStringValue())
-	if served == x.target.address {
+	if served == t.address {
 		return
 	}
-	for _, f := range x.target.fallbacks {
+	for _, f := range t.fallbacks {
 		if f.address == served {
-			x.log.Debug("request served by a fallback", "request", x.id, "target", x.target.worker, "served", f.worker)
+			x.log.Debug("request served by a fallback", "request", x.id, "target", t.worker, "served", f.worker)
 			x.env.served(x.id, f.worker, f.rank)
-			x.p.prefix.record(now, f.worker, x.plan.hashes, x.plan.exact)
-			x.target = f
+			x.env.routed(now, f.worker, x.plan)
+			*t = f
 			return
 		}
 	}

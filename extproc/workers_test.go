@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -159,66 +160,74 @@ func TestFileWatcher_ReloadKeepsOldSetOnInvalidFile(t *testing.T) {
 }
 
 // TestFileWatcher_PollFollowsSymlinkSwap reproduces a Kubernetes ConfigMap
-// update: the file is a symlink into a data directory that is replaced.
+// update: the file is a symlink into a data directory that is replaced. It
+// runs in a synctest bubble: each poll comes at its period on the fake
+// clock, and the test looks once the watcher is idle.
 func TestFileWatcher_PollFollowsSymlinkSwap(t *testing.T) {
-	dir := t.TempDir()
-	mkdata := func(name, content string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Join(dir, name), 0o700); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		mkdata := func(name, content string) {
+			t.Helper()
+			if err := os.MkdirAll(filepath.Join(dir, name), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, name, "workers.yaml"), []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mkdata("v1", "workers:\n- {id: w0, address: 10.0.0.1:80}\n")
+		mkdata("v2", "workers:\n- {id: w0, address: 10.0.0.1:80}\n- {id: w1, address: 10.0.0.2:80}\n")
+		if err := os.Symlink("v1", filepath.Join(dir, "..data")); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, name, "workers.yaml"), []byte(content), 0o600); err != nil {
+		path := filepath.Join(dir, "workers.yaml")
+		if err := os.Symlink(filepath.Join("..data", "workers.yaml"), path); err != nil {
 			t.Fatal(err)
 		}
-	}
-	mkdata("v1", "workers:\n- {id: w0, address: 10.0.0.1:80}\n")
-	mkdata("v2", "workers:\n- {id: w0, address: 10.0.0.1:80}\n- {id: w1, address: 10.0.0.2:80}\n")
-	if err := os.Symlink("v1", filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "workers.yaml")
-	if err := os.Symlink(filepath.Join("..data", "workers.yaml"), path); err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{}
-	w := NewFileWatcher(path, rec.apply, nil, 10*time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	waitFor(t, func() bool { return rec.count() == 1 })
-	// Unchanged content is not applied again.
-	time.Sleep(50 * time.Millisecond)
-	if rec.count() != 1 {
-		t.Fatalf("unchanged file applied %d times", rec.count())
-	}
-	tmp := filepath.Join(dir, "..data_tmp")
-	if err := os.Symlink("v2", tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { return rec.count() == 2 })
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run returned %v", err)
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if len(rec.sets[1]) != 2 {
-		t.Errorf("second set %v", rec.sets[1])
-	}
-}
-
-func waitFor(t *testing.T, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 5 s")
+		const period = 10 * time.Millisecond
+		rec := &recorder{}
+		w := NewFileWatcher(path, rec.apply, nil, period)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		poll := func(n int) int {
+			time.Sleep(time.Duration(n) * period)
+			synctest.Wait()
+			return rec.count()
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		// A new content is applied once it has stayed the same for a poll.
+		if got := poll(1); got != 0 {
+			t.Fatalf("first poll applied %d sets, want 0", got)
+		}
+		if got := poll(1); got != 1 {
+			t.Fatalf("second poll applied %d sets, want 1", got)
+		}
+		if got := poll(5); got != 1 { // unchanged content is not applied again
+			t.Fatalf("unchanged file applied %d times", got)
+		}
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink("v2", tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if got := poll(1); got != 1 {
+			t.Fatalf("first poll after the swap: %d sets, want 1", got)
+		}
+		if got := poll(1); got != 2 {
+			t.Fatalf("second poll after the swap: %d sets, want 2", got)
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run returned %v", err)
+		}
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if len(rec.sets[1]) != 2 {
+			t.Errorf("second set %v", rec.sets[1])
+		}
+	})
 }
 
 func TestLoadWorkersFile(t *testing.T) {
