@@ -385,4 +385,3 @@ func (s *Server) stats(ctx context.Context) (sched.Stats, bool) {
 // Stats returns a scheduler snapshot. It waits for Run to serve, at most
 // until ctx ends; ok is false when ctx ended first or Run has stopped.
 func (s *Server) Stats(ctx context.Context) (sched.Stats, bool) { return s.stats(ctx) }
-
