@@ -11,19 +11,29 @@
 // goroutine (Server.Process). That goroutine does all per-request CPU work
 // in parallel with the others: header parsing, tenant resolution, JSON
 // parsing (extproc/openai), tokenizing (extproc/tokenize), prefix hashing
-// and the prefix-index lookup (sched/prefix, guarded by a mutex). A reader
-// goroutine per stream turns Recv into a channel, so the stream goroutine
-// can wait on Envoy's messages, its scheduler ticket, its hold deadline,
-// the stream's context and the dispatcher's end at once.
+// and the prefix-index lookup (sched/prefix, guarded by a mutex). It
+// receives Envoy's messages itself: no goroutine per stream beyond gRPC's
+// own. While its request waits for the scheduler it receives nothing (Envoy
+// sends nothing while it waits for the reply) and waits on its notices, the
+// stream's context (Envoy resets the stream when the client leaves), the
+// dispatcher's end and, only when a deadline exists, one timer. A request
+// that can still be preempted (in flight, before its first token, in a
+// class some class above may preempt) starts a reader goroutine that turns
+// Recv into a channel, so that the preemption reaches it while it waits
+// for the response. The wait for a stream's first message is bounded by
+// cancelling the stream's own context (ServerOptions installs it), not by
+// a goroutine.
 //
-// One dispatcher goroutine (Server.Run) owns the *sched.Scheduler and the
-// current worker set. It takes events (submit, cancel, first token, done,
-// worker change, drain, stats, route) over one channel and keeps one timer
-// reset to the scheduler's NextDeadline. It answers a submitted request by
-// writing its ticket under the ticket's mutex and signalling a channel of
-// capacity one without blocking, so it never waits on a stream; it does no
-// JSON, hashing or other per-request work. Time is read only in the shell,
-// through Config.Now, and handed to the scheduler as an argument.
+// One dispatcher goroutine (Server.Run) owns the *sched.Scheduler, the
+// current worker set and the serving state (standby, draining, workers),
+// which it publishes as one snapshot for gRPC health, /readyz and the
+// state metrics. It takes events (submit, release, first token, worker
+// change, leadership, drain, stats, route) over one channel and keeps one
+// timer reset to the scheduler's NextDeadline. It tells a stream what
+// became of its request with one-shot notices (queued, decided, preempted)
+// in a box that holds one of each, so it never waits on a stream; it does
+// no JSON, hashing or other per-request work. Time is read only in the
+// shell and handed to the scheduler as an argument.
 //
 // With Config.EngineMetrics set, Server.Run also runs an
 // enginemetrics.Scraper (its goroutines end before Run returns): it reads
@@ -33,19 +43,22 @@
 //
 // # Who owns a request
 //
+// Each stream's exchange keeps Envoy's side of the request (modes, held
+// messages, shadows of Envoy's message timers, the response); its
+// admission keeps the request's place in the scheduler's lifecycle (idle,
+// submitted, queued, in flight, released) and is the only path to the
+// scheduler's Release.
+//
 //  1. Headers and body: the stream goroutine, alone. Nothing is booked; a
 //     client that leaves costs nothing.
-//  2. Submitted: the dispatcher owns the queue entry. The stream waits on
-//     its ticket. If the client goes away (a reset cancels the stream
-//     context; a graceful close ends Recv with io.EOF) or the hold deadline
-//     passes, the stream reports Cancel at once and the entry leaves the
-//     queue without trace.
+//  2. Submitted: the dispatcher owns the queue entry. If the client goes
+//     away (Envoy resets the stream) or the hold deadline passes, the
+//     stream releases the request at once and it leaves the queue.
 //  3. Dispatched: the scheduler holds a slot and the worker booking; the
-//     stream owns the obligation to release them. The first non-empty
+//     admission owns the obligation to release them. The first non-empty
 //     response body chunk reports FirstToken (prefill done); the response's
-//     end_of_stream (or trailers) reports Done; the end of the stream
-//     reports Done or Cancel if neither happened. Exactly one of Done or
-//     Cancel is reported, whatever the order of events.
+//     end_of_stream (or trailers), or the end of the stream, releases the
+//     request. It is released exactly once, whatever the order of events.
 //  4. Rejected: the scheduler already forgot the request; the stream sends
 //     the ImmediateResponse and ends.
 //
@@ -140,8 +153,8 @@
 // Envoy's local reply; with the response headers held it goes straight to
 // the client; once the headers went out Envoy can only reset the stream.
 // After its first token went out, the victim has won the race and carries
-// on; its slot is freed when it ends. In every case the victim then
-// reports Cancel. With response modes that cannot hold (BUFFERED, NONE,
+// on; its slot is freed when it ends. In every case the victim is then
+// released. With response modes that cannot hold (BUFFERED, NONE,
 // STREAMED without the flag) the headers are answered at once.
 //
 // # Envoy's own answers
@@ -151,10 +164,12 @@
 // buffer, the connection manager's 504 (or 408) when stream_idle_timeout
 // or request_timeout fires on a held request, and the router's 503s.
 // Response headers that arrive before the route are such a reply: the
-// request leaves the scheduler at once (Cancel, so its queue place or slot
-// is free), held request messages are dropped, and the reply is answered
-// with CONTINUE to its end, where the stream ends cleanly. The client sees
-// Envoy's status. After the route, only a 2xx response is a worker's: any
+// request is released (its queue place or slot is free), held request
+// messages are dropped, and the reply is answered with CONTINUE to its end,
+// where the stream ends cleanly. The client sees Envoy's status. A request
+// that waits in the queue reads no message, so such a reply reaches it only
+// with its decision; Envoy's own message timer on that reply (or the
+// client's reset) ends the stream first, which releases the queue place. After the route, only a 2xx response is a worker's: any
 // other status is never a first token and feeds no usage comparison.
 // tollgate_envoy_local_replies_total counts the replies before the route.
 //
@@ -163,7 +178,8 @@
 // tollgate sees a request's end only through the response messages Envoy
 // sends it. With response_header_mode SKIP and no response body mode, Envoy
 // 1.37+ closes the side stream right after the route (earlier releases when
-// the request ends), and tollgate reports Done then: the scheduler's load bookkeeping then tracks admissions, not running
+// the request ends), and tollgate releases the request then: the
+// scheduler's load bookkeeping then tracks admissions, not running
 // requests. The shipped configurations send response headers and a streamed
 // response body.
 //
