@@ -22,7 +22,7 @@ type Stats struct {
 	// min(1, max(depth/queue_size, max(0, inflight-reserved)/max(1, capacity-Σ reserved above))).
 	Pressure [NumPriorities]float64
 	// Admits counts outcomes per effective class (smg_scheduler_admit_total).
-	Admits [NumPriorities][OutcomeClientCancelled + 1]uint64
+	Admits [NumPriorities][NumOutcomes]uint64
 	// Preemptions counts preemptions by [victim][preemptor] class.
 	Preemptions [NumPriorities][NumPriorities]uint64
 	// Promotions counts starvation promotions per class.
@@ -46,8 +46,8 @@ type QueueStats struct {
 	Requests     uint64
 	ISLTokens    uint64
 	CachedTokens uint64
-	// Backpressure counts rejections by LimitKind (index 1..3).
-	Backpressure [LimitCachedTokens + 1]uint64
+	// Backpressure counts rejections by LimitKind (LimitNone stays 0).
+	Backpressure [NumLimitKinds]uint64
 	// Deficit is the class's DRR deficit.
 	Deficit uint64
 	// Flows lists the class's backlogged fairness keys (fairness on),

@@ -42,7 +42,7 @@ func TestAudit_NewHeadOfASlotBlockedLaneIsTested(t *testing.T) {
 	}{
 		{"interactive head passes the slot gate", PriorityInteractive, []string{"dispatch 4 w1/0 queued"}},
 		{"default head passes the slot gate", PriorityDefault, []string{"dispatch 4 w1/0 queued"}},
-		{"another bulk request stays queued", PriorityBulk, nil},
+		{"another bulk request stays queued", PriorityBulk, []string{"queue 4"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,8 +50,8 @@ func TestAudit_NewHeadOfASlotBlockedLaneIsTested(t *testing.T) {
 			cfg.Policy.Root = simProfile(ClassSpec{Name: "c", Quantum: 1, BusyThreshold: simU64(0)})
 			h := newSim(t, cfg, simWorker("w1", 89), simWorker("w2", 89))
 			h.want("w2 busy", h.submit(auditPinned(1, PriorityInteractive, "w2")), "dispatch 1 w2/0")
-			h.want("waits for w2", h.submit(auditPinned(2, PriorityInteractive, "w2")))
-			h.want("bulk has no free slot", h.submit(auditPinned(3, PriorityBulk, "w1")))
+			h.want("waits for w2", h.submit(auditPinned(2, PriorityInteractive, "w2")), "queue 2")
+			h.want("bulk has no free slot", h.submit(auditPinned(3, PriorityBulk, "w1")), "queue 3")
 			h.want("the new head of w1's lane", h.submit(auditPinned(4, tt.prio, "w1")), tt.want...)
 		})
 	}
@@ -60,8 +60,8 @@ func TestAudit_NewHeadOfASlotBlockedLaneIsTested(t *testing.T) {
 		cfg.Policy.Root = simProfile(ClassSpec{Name: "c", Quantum: 1, BusyThreshold: simU64(0)})
 		h := newSim(t, cfg, simWorker("w", 8))
 		h.want("busy the rank", h.submit(auditPinned(1, PriorityBulk, "w")), "dispatch 1 w/0")
-		h.want("queued on the busy rank", h.submit(auditPinned(2, PriorityBulk, "w")))
-		h.want("a better head is still blocked by the busy rank", h.submit(auditPinned(3, PriorityInteractive, "w")))
+		h.want("queued on the busy rank", h.submit(auditPinned(2, PriorityBulk, "w")), "queue 2")
+		h.want("a better head is still blocked by the busy rank", h.submit(auditPinned(3, PriorityInteractive, "w")), "queue 3")
 		h.want("the rank frees: the better head goes first", h.first(1), "dispatch 3 w/0 queued")
 	})
 }
@@ -78,17 +78,17 @@ func TestAudit_PromotionCountedOnlyWhenAdmitted(t *testing.T) {
 	})
 	h := newSim(t, cfg, simWorker("w", 1))
 	h.want("bulk 1 holds the only slot", h.submit(simReq(1, PriorityBulk, 8)), "dispatch 1 w/0")
-	h.want("bulk 2 queues", h.submit(simReq(2, PriorityBulk, 8)))
-	h.want("bulk 3 queues", h.submit(simReq(3, PriorityBulk, 8)))
+	h.want("bulk 2 queues", h.submit(simReq(2, PriorityBulk, 8)), "queue 2")
+	h.want("bulk 3 queues", h.submit(simReq(3, PriorityBulk, 8)), "queue 3")
 	h.at(2*time.Second).want("past the threshold, but no slot", h.tick())
-	h.want("a starving request that is cancelled", h.cancel(3))
+	h.want("a starving request that is cancelled", h.release(3))
 	h.at(3*time.Second).want("times out", h.tick(), "reject 2 queue_timeout queued")
 	if got := h.s.Stats().Promotions[PriorityBulk]; got != 0 {
 		t.Fatalf("promotions = %d after a timeout and a cancel, want 0", got)
 	}
-	h.want("bulk 4 queues", h.submit(simReq(4, PriorityBulk, 8)))
+	h.want("bulk 4 queues", h.submit(simReq(4, PriorityBulk, 8)), "queue 4")
 	h.at(5*time.Second).want("promoted, still no slot", h.tick())
-	h.want("the slot frees: the promoted request is admitted", h.done(1), "dispatch 4 w/0 queued")
+	h.want("the slot frees: the promoted request is admitted", h.release(1), "dispatch 4 w/0 queued")
 	if got := h.s.Stats().Promotions[PriorityBulk]; got != 1 {
 		t.Fatalf("promotions = %d, want 1", got)
 	}
@@ -110,7 +110,7 @@ func TestAudit_ModelQueuesAreBounded(t *testing.T) {
 		if want := fmt.Sprintf("name-%d", i); acts[0].Model != want {
 			t.Fatalf("request %d: action model %q, want %q", i, acts[0].Model, want)
 		}
-		h.s.Done(h.now, i)
+		h.s.Release(h.now, i)
 	}
 	if n := len(h.s.models); n != 1 {
 		t.Fatalf("%d model queues, want only the shared one", n)
@@ -120,7 +120,7 @@ func TestAudit_ModelQueuesAreBounded(t *testing.T) {
 	}
 	for _, model := range []string{"x", "configured"} {
 		h.s.Submit(h.now, Request{ID: 1 << 40, Model: model, ISL: 8})
-		h.s.Done(h.now, 1<<40)
+		h.s.Release(h.now, 1<<40)
 		if mq := h.s.models[model]; mq == nil || mq.name != model {
 			t.Errorf("model %q named by a worker or the policy file has no queue of its own", model)
 		}
@@ -152,7 +152,7 @@ func TestAudit_OverflowNamesKeepTheirOwnEligibility(t *testing.T) {
 		strings.Contains(acts[0].Message, "overflow2") || acts[0].Model != "overflow2" {
 		t.Fatalf("no worker carries the taint: %v", simRender(acts))
 	}
-	h.want("queued behind the busy catch-all worker", h.submit(req("overflow3", "t")))
+	h.want("queued behind the busy catch-all worker", h.submit(req("overflow3", "t")), "queue 1099511627779")
 	if h.s.models["overflow3"] != nil || h.s.models[""] == nil || h.s.models[""].ring.len() != 1 {
 		t.Fatal("the overflow name was not queued in the shared queue")
 	}
@@ -209,7 +209,7 @@ func TestAudit_PoolDropsOversizedBuffers(t *testing.T) {
 	r := simReq(1, PriorityDefault, 8)
 	r.RequiredTaints, r.Cached = big, hits
 	h.want("dispatch", h.submit(r), "dispatch 1 w/0")
-	h.want("done", h.done(1))
+	h.want("done", h.release(1))
 	for e := h.s.pool; e != nil; e = e.next {
 		if cap(e.taints) > maxPooledEntryBuf || cap(e.cachedTokens) > maxPooledEntryBuf {
 			t.Fatalf("pooled entry keeps buffers of %d taints and %d hits", cap(e.taints), cap(e.cachedTokens))
@@ -256,12 +256,13 @@ func TestAudit_LimitsCountInstancesAndSaturate(t *testing.T) {
 			name:    "instances, not ranks",
 			class:   ClassSpec{RequestLimitPerWorker: simU64(1)},
 			workers: []Worker{{ID: "w", DPSize: 4}},
-			want:    []string{"reject 102 class_limit requests 1>=1", "reject 103 class_limit requests 1>=1"},
+			want:    []string{"queue 101", "reject 102 class_limit requests 1>=1", "reject 103 class_limit requests 1>=1"},
 		},
 		{
 			name:    "2^63 per worker × 2 saturates instead of wrapping to 0",
 			class:   ClassSpec{RawISLLimitPerWorker: simU64(1 << 63)},
 			workers: []Worker{{ID: "a"}, {ID: "b"}},
+			want:    []string{"queue 101", "queue 102", "queue 103"},
 		},
 	}
 	for _, tt := range tests {
@@ -300,10 +301,10 @@ func TestAudit_QueueSizeCountsAcrossPolicyClassesAndModels(t *testing.T) {
 		return Request{ID: id, Model: model, Class: class, Priority: PriorityDefault, ISL: 8}
 	}
 	h.want("the only slot", h.submit(req(1, "m", "a")), "dispatch 1 w/0")
-	h.want("class a of m", h.submit(req(2, "m", "a")))
-	h.want("class b of m2", h.submit(req(3, "m2", "b")))
+	h.want("class a of m", h.submit(req(2, "m", "a")), "queue 2")
+	h.want("class b of m2", h.submit(req(3, "m2", "b")), "queue 3")
 	h.want("full across classes and models", h.submit(req(4, "m3", "b")), "reject 4 queue_full")
-	h.want("bulk has its own queue_size", h.submit(Request{ID: 5, Model: "m", Priority: PriorityBulk, ISL: 8}))
+	h.want("bulk has its own queue_size", h.submit(Request{ID: 5, Model: "m", Priority: PriorityBulk, ISL: 8}), "queue 5")
 }
 
 // System requests are never promoted: no promotion deadline, no promotion
@@ -315,7 +316,7 @@ func TestAudit_SystemIsNeverPromoted(t *testing.T) {
 		pc.Classes[PrioritySystem].QueueTimeout = 30 * time.Second
 	}), simWorker("w", 1))
 	h.want("system 1", h.submit(simReq(1, PrioritySystem, 8)), "dispatch 1 w/0")
-	h.want("system 2 queues", h.submit(simReq(2, PrioritySystem, 8)))
+	h.want("system 2 queues", h.submit(simReq(2, PrioritySystem, 8)), "queue 2")
 	simWantDeadline(t, h.s, 30*time.Second)
 	h.at(10*time.Second).want("no promotion", h.tick())
 	if e := h.s.entries[2]; e == nil || e.promoted {
@@ -328,16 +329,16 @@ func TestAudit_SystemIsNeverPromoted(t *testing.T) {
 func TestAudit_LifecycleIsIdempotent(t *testing.T) {
 	h := newSim(t, simSMG(simZeroFloors), simWorker("w", 1))
 	h.want("1", h.submit(simReq(1, PriorityBulk, 40)), "dispatch 1 w/0")
-	h.want("2 queues", h.submit(simReq(2, PriorityBulk, 40)))
+	h.want("2 queues", h.submit(simReq(2, PriorityBulk, 40)), "queue 2")
 	h.want("first token of a queued request is ignored", h.first(2))
 	h.want("first token", h.first(1))
 	h.want("a second first token", h.first(1))
-	h.want("done: 2 takes the slot", h.done(1), "dispatch 2 w/0 queued")
-	h.want("a second done", h.done(1))
-	h.want("cancel after done", h.cancel(1))
+	h.want("done: 2 takes the slot", h.release(1), "dispatch 2 w/0 queued")
+	h.want("a second done", h.release(1))
+	h.want("cancel after done", h.release(1))
 	h.want("first token after done", h.first(1))
-	h.want("cancel", h.cancel(2))
-	h.want("done after cancel", h.done(2))
+	h.want("cancel", h.release(2))
+	h.want("done after cancel", h.release(2))
 	st := h.s.Stats()
 	if st.InFlight != [NumPriorities]uint32{} || st.Ranks[0] != (RankStats{Worker: "w"}) || len(h.s.entries) != 0 {
 		t.Fatalf("in flight %v rank %+v entries %d", st.InFlight, st.Ranks[0], len(h.s.entries))
@@ -355,7 +356,7 @@ func TestAudit_SetWorkersRejectsRequestsLeftWithoutWorkers(t *testing.T) {
 	cfg.Policy.Root = simProfile(ClassSpec{Name: "c", Quantum: 1, BusyThreshold: simU64(0)})
 	h := newSim(t, cfg, Worker{ID: "w", Model: "m", MaxRunningRequests: 1}, Worker{ID: "o", Model: "other", MaxRunningRequests: 1})
 	h.want("w busy", h.submit(simReq(1, PriorityDefault, 8)), "dispatch 1 w/0")
-	h.want("queued", h.submit(simReq(2, PriorityDefault, 8)))
+	h.want("queued", h.submit(simReq(2, PriorityDefault, 8)), "queue 2")
 	h.want("the other model fills the last slot", h.submit(Request{ID: 3, Model: "other", ISL: 8}), "dispatch 3 o/0")
 	h.want("m loses its worker", h.workers(Worker{ID: "o", Model: "other", MaxRunningRequests: 1}), "reject 2 no_endpoints queued")
 }
@@ -404,7 +405,7 @@ func TestAudit_NextDeadlineIsExactAndNeverStuck(t *testing.T) {
 					i := rng.IntN(len(inFlight))
 					v := inFlight[i]
 					inFlight = append(inFlight[:i], inFlight[i+1:]...)
-					track(h.s.Done(h.now, v))
+					track(h.s.Release(h.now, v))
 				}
 			case 3: // a late timer: time passes, then Tick
 				h.now = h.now.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
@@ -532,11 +533,11 @@ func TestAudit_UnservableRequestIsRejectedWhileTheSlotGateIsClosed(t *testing.T)
 	cfg.Policy.Root = simProfile(ClassSpec{Name: "c", Quantum: 1, BusyThreshold: simU64(0)})
 	h := newSim(t, cfg, Worker{ID: "w", Model: "m", MaxRunningRequests: 1})
 	h.want("the one slot taken", h.submit(simReq(1, PriorityDefault, 8)), "dispatch 1 w/0")
-	h.want("a backlog", h.submit(simReq(2, PriorityDefault, 8)))
+	h.want("a backlog", h.submit(simReq(2, PriorityDefault, 8)), "queue 2")
 	tainted := simReq(3, PriorityDefault, 8)
 	tainted.RequiredTaints = []string{"y"}
-	h.want("no worker carries y: joins the backlog", h.submit(tainted))
-	h.want("2 takes the freed slot, 3 reaches the head and fails", h.done(1),
+	h.want("no worker carries y: joins the backlog", h.submit(tainted), "queue 3")
+	h.want("2 takes the freed slot, 3 reaches the head and fails", h.release(1),
 		"dispatch 2 w/0 queued", "reject 3 no_endpoints queued")
 	if h.s.queuedTotal != 0 {
 		t.Fatalf("%d queued; want none", h.s.queuedTotal)

@@ -18,9 +18,9 @@ func TestCombined_InteractiveBeforeBulkInsideAClass(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := newSim(t, cfg, simWorker("w", 1))
 			h.want("holder", h.submit(simReq(1, PriorityBulk, 8)), "dispatch 1 w/0")
-			h.want("bulk waits", h.submit(simReq(2, PriorityBulk, 8)))
-			h.want("default waits", h.submit(simReq(3, PriorityDefault, 8)))
-			h.want("interactive waits", h.submit(simReq(4, PriorityInteractive, 8)))
+			h.want("bulk waits", h.submit(simReq(2, PriorityBulk, 8)), "queue 2")
+			h.want("default waits", h.submit(simReq(3, PriorityDefault, 8)), "queue 3")
+			h.want("interactive waits", h.submit(simReq(4, PriorityInteractive, 8)), "queue 4")
 			h.want("interactive first", h.finish(1), "dispatch 4 w/0 queued")
 			h.want("then default", h.finish(4), "dispatch 3 w/0 queued")
 			h.want("then bulk", h.finish(3), "dispatch 2 w/0 queued")
@@ -43,8 +43,8 @@ func TestCombined_ReservationsHoldBackWhileDRRSharesService(t *testing.T) {
 	h.want("a1", h.submit(bulk(1, "a")), "dispatch 1 w/0")
 	h.want("b1", h.submit(bulk(2, "b")), "dispatch 2 w/0")
 	for id := uint64(3); id <= 14; id += 2 {
-		h.want("bulk beyond the two unreserved slots waits", h.submit(bulk(id, "a")))
-		h.want("bulk beyond the two unreserved slots waits", h.submit(bulk(id+1, "b")))
+		h.want("bulk beyond the two unreserved slots waits", h.submit(bulk(id, "a")), "queue "+simItoa(id))
+		h.want("bulk beyond the two unreserved slots waits", h.submit(bulk(id+1, "b")), "queue "+simItoa(id+1))
 	}
 	interactive := simReq(20, PriorityInteractive, 16)
 	interactive.Class = "b"
@@ -96,7 +96,7 @@ func TestCombined_StarvingBulkServedUnderSustainedInteractiveLoad(t *testing.T) 
 		pc.Classes[PriorityInteractive].CanPreempt = false
 		pc.Classes[PriorityBulk].StarvationThreshold = 10 * time.Second
 	}), simWorker("w", 2))
-	h.want("bulk is shut out by the reservation", h.submit(simReq(1, PriorityBulk, 8)))
+	h.want("bulk is shut out by the reservation", h.submit(simReq(1, PriorityBulk, 8)), "queue 1")
 	next := uint64(100)
 	var inFlight []uint64
 	for range 2 {

@@ -13,13 +13,25 @@
 // A Scheduler is not safe for concurrent use. In tollgate one dispatcher
 // goroutine owns it; stream goroutines talk to that goroutine over a channel.
 //
-// Lifecycle of a request: Submit either dispatches it at once, rejects it, or
-// queues it. A queued request leaves the queue exactly once: dispatched (an
-// ActionDispatch), rejected (ActionReject: queue timeout, worker removed,
-// shutdown), or cancelled by the shell (Cancel). A dispatched request holds
-// its slot and its worker booking until Done or Cancel; FirstToken releases
-// its prefill tokens early. Every call returns the actions it caused, in
-// order; the returned slice is reused by the next call, so copy to retain.
+// Lifecycle of a request: Submit either dispatches it at once
+// (ActionDispatch), rejects it (ActionReject), or queues it, and then says
+// so: an ActionQueue is the last action of a Submit whose request is still
+// queued when the call returns. A queued request leaves the queue exactly
+// once: dispatched by a later call (an ActionDispatch), rejected (an
+// ActionReject: queue timeout, worker removed, shutdown), or released by
+// the shell (Release) without an action. A dispatched request holds its
+// slot and its worker booking until Release; FirstToken releases its
+// prefill tokens early. Release is the one way the shell gives a request
+// back, whether the client left, the response ended or a preemption was
+// answered. Every call returns the actions it caused, in order; the
+// returned slice is reused by the next call, so copy to retain.
+//
+// Draining: after Drain and until Resume, every queued request has been
+// rejected with OutcomeShutdown and Submit rejects every arrival with
+// OutcomeShutdown, even one that could be dispatched at once (the check
+// follows the duplicate-id check, before the pin and eligibility). Requests
+// in flight run to their Release. The shell relies on this rule alone; it
+// does not keep its own.
 //
 // # The unified queue model
 //
@@ -54,8 +66,7 @@
 // already a backlog (no bypass) or a closed worker gate; or the slot gate is
 // on and a request of the same or a higher priority class is already queued
 // in its policy class (no barging: FIFO hand-off) or its class has no free
-// slot. Entry into a queue is checked in order: draining (OutcomeShutdown),
-// SMG queue_size (OutcomeQueueFull), Dynamo's per-worker limits
+// slot. Entry into a queue is checked in order: SMG queue_size (OutcomeQueueFull), Dynamo's per-worker limits
 // (OutcomeClassLimit). A queued arrival of a can_preempt class that found
 // no free slot then preempts at most one victim: the newest in-flight
 // request, without a first token, of the lowest class below its own. The
@@ -75,6 +86,6 @@
 // the capacity except right after a shrink, and then only decrease; no
 // queued request has passed its queue timeout after Tick(now) (priority
 // scheduler on). Timeouts and promotions are driven by NextDeadline and
-// Tick; nothing polls. Steady-state Submit, dispatch and Done allocate
+// Tick; nothing polls. Steady-state Submit, dispatch and Release allocate
 // nothing: entries are pooled and the returned actions slice is reused.
 package sched

@@ -127,7 +127,7 @@ func TestDynamo_BusyGate(t *testing.T) {
 				switch {
 				case i < tt.dispatched && len(got) != 1:
 					t.Fatalf("arrival %d: %v, want a dispatch", i+1, got)
-				case i >= tt.dispatched && len(got) != 0:
+				case i >= tt.dispatched && (len(got) != 1 || got[0] != "queue "+simItoa(uint64(i+1))):
 					t.Fatalf("arrival %d: %v, want it queued", i+1, got)
 				}
 			}
@@ -143,7 +143,7 @@ func TestDynamo_BusyGateOverRanks(t *testing.T) {
 	h := newSim(t, Config{Policy: PolicyConfig{Root: simProfile(c)}}, Worker{ID: "w", DPSize: 2})
 	h.want("rank tie broken at random", h.submit(simReq(1, PriorityDefault, 600)), "dispatch 1 w/1")
 	h.want("one idle rank keeps the pool open", h.submit(simReq(2, PriorityDefault, 600)), "dispatch 2 w/0")
-	h.want("every rank busy", h.submit(simReq(3, PriorityDefault, 600)))
+	h.want("every rank busy", h.submit(simReq(3, PriorityDefault, 600)), "queue 3")
 
 	ratio := c
 	ratio.BusyWorkerRatio = 0.5
@@ -152,7 +152,7 @@ func TestDynamo_BusyGateOverRanks(t *testing.T) {
 	if got := h.submit(simReq(2, PriorityDefault, 600)); len(got) != 1 {
 		t.Fatalf("1 of 4 ranks busy: %v", got)
 	}
-	h.want("2 of 4 ranks busy reaches ratio 0.5", h.submit(simReq(3, PriorityDefault, 600)))
+	h.want("2 of 4 ranks busy reaches ratio 0.5", h.submit(simReq(3, PriorityDefault, 600)), "queue 3")
 }
 
 func TestDynamo_NewArrivalsDoNotBypassBacklog(t *testing.T) {
@@ -165,8 +165,8 @@ func TestDynamo_NewArrivalsDoNotBypassBacklog(t *testing.T) {
 		return r
 	}
 	h.want("w0 takes the first tainted request", h.submit(tainted(1)), "dispatch 1 w0/0")
-	h.want("w0 busy: the next one queues", h.submit(tainted(2)))
-	h.want("idle w1, but the class has a backlog", h.submit(simReq(3, PriorityDefault, 200)))
+	h.want("w0 busy: the next one queues", h.submit(tainted(2)), "queue 2")
+	h.want("idle w1, but the class has a backlog", h.submit(simReq(3, PriorityDefault, 200)), "queue 3")
 	// The pinned arrival joins the backlog in its own lane, which is
 	// dispatchable, and the enqueue's dispatch pass sends it at once.
 	pinned := simReq(4, PriorityDefault, 200)
@@ -189,19 +189,19 @@ func TestDynamo_QueueLimits(t *testing.T) {
 			name:  "requests: current >= limit",
 			class: busy(ClassSpec{RequestLimitPerWorker: simU64(2)}), workers: 1,
 			queued: []Request{simReq(2, 1, 8), simReq(3, 1, 8), simReq(4, 1, 8)},
-			want:   []string{"reject 4 class_limit requests 2>=2"},
+			want:   []string{"queue 2", "queue 3", "reject 4 class_limit requests 2>=2"},
 		},
 		{
 			name:  "limit scales with worker instances",
 			class: busy(ClassSpec{RequestLimitPerWorker: simU64(1)}), workers: 2,
 			queued: []Request{simReq(2, 1, 8), simReq(3, 1, 8), simReq(4, 1, 8)},
-			want:   []string{"reject 4 class_limit requests 2>=2"},
+			want:   []string{"queue 2", "queue 3", "reject 4 class_limit requests 2>=2"},
 		},
 		{
 			name:  "raw ISL: the request crossing the limit is accepted",
 			class: busy(ClassSpec{RawISLLimitPerWorker: simU64(1000)}), workers: 1,
 			queued: []Request{simReq(2, 1, 600), simReq(3, 1, 600), simReq(4, 1, 1)},
-			want:   []string{"reject 4 class_limit raw_isl_tokens 1200>=1000"},
+			want:   []string{"queue 2", "queue 3", "reject 4 class_limit raw_isl_tokens 1200>=1000"},
 		},
 		{
 			name:  "cached tokens",
@@ -210,7 +210,7 @@ func TestDynamo_QueueLimits(t *testing.T) {
 				{ID: 2, Model: "m", ISL: 100, Cached: []CachedTokens{{"w0", 60}}},
 				{ID: 3, Model: "m", ISL: 100},
 			},
-			want: []string{"reject 3 class_limit cached_tokens 60>=50"},
+			want: []string{"queue 2", "reject 3 class_limit cached_tokens 60>=50"},
 		},
 		{
 			name:  "limit 0 rejects everything that has to queue",
@@ -263,7 +263,7 @@ func TestDynamo_LimitOrderWithQueueSize(t *testing.T) {
 	cfg.Policy.Root = simProfile(c)
 	h := newSim(t, cfg, simWorker("w", 8))
 	h.want("dispatch", h.submit(simReq(1, PriorityDefault, 1)), "dispatch 1 w/0")
-	h.want("queued", h.submit(simReq(2, PriorityDefault, 1)))
+	h.want("queued", h.submit(simReq(2, PriorityDefault, 1)), "queue 2")
 	h.want("both reached: queue_size answers first", h.submit(simReq(3, PriorityDefault, 1)), "reject 3 queue_full")
 	h.want("only the class limit reached", h.submit(simReq(4, PriorityBulk, 1)), "reject 4 class_limit requests 1>=1")
 	st := h.s.Stats()
@@ -338,8 +338,8 @@ func TestDynamo_PinnedToRemovedWorker(t *testing.T) {
 	}
 	h.want("a busy", h.submit(pinned(1, "a")), "dispatch 1 a/0")
 	h.want("b busy", h.submit(pinned(2, "b")), "dispatch 2 b/0")
-	h.want("queued on a", h.submit(pinned(3, "a")))
-	h.want("queued on b", h.submit(pinned(4, "b")))
+	h.want("queued on a", h.submit(pinned(3, "a")), "queue 3")
+	h.want("queued on b", h.submit(pinned(4, "b")), "queue 4")
 	acts := h.s.SetWorkers(h.now, []Worker{{ID: "b"}})
 	h.want("pins to a fail", simRender(acts), "reject 3 pin_invalid queued")
 	if want := "Pinned worker a dp_rank 0 is not eligible: worker a is unavailable"; acts[0].Message != want {
@@ -373,9 +373,9 @@ func TestDynamo_NoEndpoints(t *testing.T) {
 	if want := `no endpoints available to route work: no ready worker serving the model carries the required taints ["y"]`; acts[0].Message != want {
 		t.Fatalf("message %q", acts[0].Message)
 	}
-	h.want("a backlog", h.submit(simReq(4, PriorityDefault, 5)))
+	h.want("a backlog", h.submit(simReq(4, PriorityDefault, 5)), "queue 4")
 	tainted.ID = 5
-	h.want("joins the backlog", h.submit(tainted))
+	h.want("joins the backlog", h.submit(tainted), "queue 5")
 	h.want("reaches the head and fails", h.first(2), "dispatch 4 w/0 queued", "reject 5 no_endpoints queued")
 	if st := h.s.Stats(); len(st.Queues) != 1 || st.Queues[0].Model != "m" {
 		t.Fatalf("an unserved model must not create a queue: %+v", st.Queues)

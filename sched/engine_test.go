@@ -74,7 +74,7 @@ func TestEngine_BookingsSinceReportCountAsWaiting(t *testing.T) {
 	}
 	// A new report covers request 1: it no longer counts as since.
 	h.report(EngineLoad{Worker: "a", Running: 2})
-	h.done(1)
+	h.release(1)
 	if r := h.rank("a", 0); r.Engine.Since != 0 {
 		t.Fatalf("since after a new report = %d, want 0", r.Engine.Since)
 	}
@@ -86,7 +86,7 @@ func TestEngine_WorkerGateQueuesOnSaturationAndReleasesOnReport(t *testing.T) {
 	cfg.Engine.WarmStart = false
 	h := newSim(t, cfg, simWorker("a", 8), simWorker("b", 8))
 	h.report(EngineLoad{Worker: "a", KVUsage: 0.95}, EngineLoad{Worker: "b", Waiting: 3})
-	h.want("all saturated", h.submit(simReq(1, PriorityDefault, 16)))
+	h.want("all saturated", h.submit(simReq(1, PriorityDefault, 16)), "queue 1")
 	h.at(time.Second)
 	h.want("b drained", h.report(EngineLoad{Worker: "a", KVUsage: 0.95}, EngineLoad{Worker: "b"}),
 		"dispatch 1 b/0 queued")
@@ -98,7 +98,7 @@ func TestEngine_WholeFleetOutageFallsBackToBookings(t *testing.T) {
 	cfg.Engine.WarmStart = false
 	h := newSim(t, cfg, simWorker("a", 8), simWorker("b", 8))
 	h.report(EngineLoad{Worker: "a", Waiting: 9}, EngineLoad{Worker: "b", Waiting: 9})
-	h.want("saturated", h.submit(simReq(1, PriorityDefault, 16)))
+	h.want("saturated", h.submit(simReq(1, PriorityDefault, 16)), "queue 1")
 	// Every later scrape fails: the rounds carry no loads.
 	h.at(time.Second)
 	h.want("round 1", h.report())
@@ -112,9 +112,9 @@ func TestEngine_WarmStartSeedsSlotsFromReports(t *testing.T) {
 	cfg.Engine = simEngine()
 	h := newSim(t, cfg, simWorker("a", 4), simWorker("b", 4))
 	// The first arrivals wait for the first report round.
-	h.want("warming", h.submit(simReq(1, PriorityDefault, 16)))
-	h.want("warming", h.submit(simReq(2, PriorityDefault, 16)))
-	h.want("warming", h.submit(simReq(3, PriorityDefault, 16)))
+	h.want("warming", h.submit(simReq(1, PriorityDefault, 16)), "queue 1")
+	h.want("warming", h.submit(simReq(2, PriorityDefault, 16)), "queue 2")
+	h.want("warming", h.submit(simReq(3, PriorityDefault, 16)), "queue 3")
 	// The engines run 3 requests each that the old leader dispatched:
 	// 8 − 6 slots remain.
 	h.at(100 * time.Millisecond)
@@ -161,14 +161,14 @@ func TestEngine_ReportDoesNotSeeLaterBookings(t *testing.T) {
 	if r := h.rank("a", 0); r.Engine.Since != 1 {
 		t.Fatalf("since %d, want 1 (booked after the scrape)", r.Engine.Since)
 	}
-	h.want("full", h.submit(simReq(2, PriorityDefault, 16)))
+	h.want("full", h.submit(simReq(2, PriorityDefault, 16)), "queue 2")
 }
 
 func TestEngine_WarmStartHoldsUntilEveryRankReported(t *testing.T) {
 	cfg := simSMG(simZeroFloors)
 	cfg.Engine = simEngine()
 	h := newSim(t, cfg, simWorker("a", 4), simWorker("b", 4))
-	h.want("warming", h.submit(simReq(1, PriorityDefault, 16)))
+	h.want("warming", h.submit(simReq(1, PriorityDefault, 16)), "queue 1")
 	h.at(100 * time.Millisecond)
 	h.want("only a reported", h.report(EngineLoad{Worker: "a", Running: 4}))
 	h.at(200 * time.Millisecond)
@@ -179,7 +179,7 @@ func TestEngine_WarmStartHoldEndsAfterWarmWait(t *testing.T) {
 	cfg := simSMG(simZeroFloors)
 	cfg.Engine = simEngine()
 	h := newSim(t, cfg, simWorker("a", 4))
-	h.want("warming", h.submit(simReq(1, PriorityDefault, 16)))
+	h.want("warming", h.submit(simReq(1, PriorityDefault, 16)), "queue 1")
 	at, ok := h.s.NextDeadline()
 	if want := simT0.Add(time.Second); !ok || !at.Equal(want) {
 		t.Fatalf("NextDeadline = %v %v, want %v", at, ok, want)
@@ -194,13 +194,13 @@ func TestEngine_ResumeStartsANewWarmStart(t *testing.T) {
 	h := newSim(t, cfg, simWorker("a", 4))
 	h.report(EngineLoad{Worker: "a"})
 	h.want("led", h.submit(simReq(1, PriorityDefault, 16)), "dispatch 1 a/0")
-	h.done(1)
+	h.release(1)
 	h.s.Drain(h.now)
 	h.s.Resume()
 	h.at(time.Second)
-	h.want("warming again", h.submit(simReq(2, PriorityDefault, 16)))
+	h.want("warming again", h.submit(simReq(2, PriorityDefault, 16)), "queue 2")
 	h.want("seeded", h.report(EngineLoad{Worker: "a", Running: 3}), "dispatch 2 a/0 queued")
-	h.want("full", h.submit(simReq(3, PriorityDefault, 16)))
+	h.want("full", h.submit(simReq(3, PriorityDefault, 16)), "queue 3")
 }
 
 func TestEngine_CapacityFromReportsWithReservationClamp(t *testing.T) {

@@ -80,8 +80,8 @@ func TestFallbacks_SeveralDispatchesInOneCall(t *testing.T) {
 	h := newSim(t, cfg, simWorker("a", 1), simWorker("b", 1))
 	h.submit(simReq(1, PriorityDefault, 10))
 	h.submit(simReq(2, PriorityDefault, 10))
-	h.want("slots full", h.submit(simReq(3, PriorityDefault, 10)))
-	h.want("slots full", h.submit(simReq(4, PriorityDefault, 10)))
+	h.want("slots full", h.submit(simReq(3, PriorityDefault, 10)), "queue 3")
+	h.want("slots full", h.submit(simReq(4, PriorityDefault, 10)), "queue 4")
 	acts := h.s.SetWorkers(h.now, []Worker{simWorker("a", 1), simWorker("b", 1), simWorker("c", 1), simWorker("d", 1)})
 	if len(acts) != 2 {
 		t.Fatalf("actions %v, want two dispatches", simRender(acts))
@@ -136,7 +136,7 @@ func TestServed_MovesTheBooking(t *testing.T) {
 	if b1 := h.rank("b", 1); b1.ActiveRequests != 1 {
 		t.Fatalf("an ignored Served moved the booking: %+v", b1)
 	}
-	h.done(1)
+	h.release(1)
 	h.finish(9)
 	h.s.byID["b"].ranks[1].blocks--
 	for _, rs := range h.s.Stats().Ranks {
@@ -153,7 +153,7 @@ func fleetCycle(tb testing.TB, s *Scheduler, i uint64) {
 	if acts := s.Submit(simT0, r); len(acts) != 1 || acts[0].Kind != ActionDispatch {
 		tb.Fatalf("submit %d: %v", i, simRender(acts))
 	}
-	s.Done(simT0, i)
+	s.Release(simT0, i)
 }
 
 func fleet(tb testing.TB, fallbacks, workers int) *Scheduler {

@@ -19,7 +19,7 @@ type modelQueue struct {
 	// queued counts queued entries per policy class and priority class.
 	queued [][NumPriorities]uint32
 	// backpressure counts limit rejections per policy class and LimitKind.
-	backpressure [][LimitCachedTokens + 1]uint64
+	backpressure [][NumLimitKinds]uint64
 }
 
 // queueKey returns the key of model's queue: the name itself when the
@@ -57,7 +57,7 @@ func (s *Scheduler) queueFor(model string, profile *Profile) *modelQueue {
 		ring:         newRing(profile.Classes),
 		active:       -1,
 		queued:       make([][NumPriorities]uint32, n),
-		backpressure: make([][LimitCachedTokens + 1]uint64, n),
+		backpressure: make([][NumLimitKinds]uint64, n),
 	}
 	mq.ring.enableFairness(&s.cfg.Fairness)
 	s.models[model] = mq
@@ -105,12 +105,11 @@ func (s *Scheduler) mustQueue(e *entry) bool {
 // join puts e into its queue, unless a limit on entry rejects it. The
 // checks run in this order, the first failure answering:
 //
-//  1. the scheduler is draining: OutcomeShutdown;
-//  2. SMG queue_size (priority scheduler on): the requests of e's priority
+//  1. SMG queue_size (priority scheduler on): the requests of e's priority
 //     class queued across all models and policy classes >= queue_size:
 //     OutcomeQueueFull. SMG's admission is the outer layer, so it answers
 //     first, as it would in front of a Dynamo router;
-//  3. Dynamo's per-worker limits of e's policy class, requests then raw ISL
+//  2. Dynamo's per-worker limits of e's policy class, requests then raw ISL
 //     tokens then cached tokens: usage before adding e >= per-worker limit ×
 //     worker instances serving the model (saturating): OutcomeClassLimit,
 //     counted in the queue's backpressure. The request that crosses a token
@@ -118,13 +117,10 @@ func (s *Scheduler) mustQueue(e *entry) bool {
 //     that has to queue.
 //
 // Limits apply to every request that enters a queue, whichever gate made it
-// queue. It reports whether e was queued.
+// queue. Draining is not checked here: while draining, Submit rejects every
+// arrival before it gets this far. It reports whether e was queued.
 func (s *Scheduler) join(e *entry, t instant) bool {
-	switch {
-	case s.draining:
-		s.finish(e, OutcomeShutdown, false, t)
-		return false
-	case s.prio && s.wait[e.prio].n >= s.cfg.Priority.Classes[e.prio].QueueSize:
+	if s.prio && s.wait[e.prio].n >= s.cfg.Priority.Classes[e.prio].QueueSize {
 		s.finish(e, OutcomeQueueFull, false, t)
 		return false
 	}

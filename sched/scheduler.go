@@ -63,7 +63,7 @@ type Scheduler struct {
 
 	// Counters for Stats. admits counts every outcome per effective class;
 	// a preempted request counts as admitted and then as preempted.
-	admits      [NumPriorities][OutcomeClientCancelled + 1]uint64
+	admits      [NumPriorities][NumOutcomes]uint64
 	preemptions [NumPriorities][NumPriorities]uint64
 	promotions  [NumPriorities]uint64
 
@@ -159,8 +159,11 @@ func New(cfg Config, workers []Worker) (*Scheduler, error) {
 
 // Submit classifies r, snapshots its cost, then dispatches it at once,
 // queues it, or rejects it; a queued arrival is followed by a dispatch pass
-// (settle). In order:
+// (settle), and when r is still queued after it, the call's last action is
+// an ActionQueue for r. In order:
 //
+//  0. While draining (after Drain, until Resume) every arrival is rejected
+//     with OutcomeShutdown, whether or not it could be dispatched at once.
 //  1. A pin is resolved and validated; an invalid one is rejected at once
 //     with OutcomePinInvalid and the upstream text.
 //  2. The cost snapshot: cached = the pinned worker's hit, or the best hit
@@ -193,6 +196,10 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 		return s.actions
 	}
 	e := s.newEntry(&r, t)
+	if s.draining {
+		s.rejectArrival(e, r.Model, "", OutcomeShutdown, "")
+		return s.actions
+	}
 	profile := s.cfg.Policy.ProfileFor(r.Model)
 
 	var (
@@ -242,6 +249,11 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 			s.preemptFor(e)
 		}
 		s.settle(e, t)
+		if e.state == stateQueued {
+			s.actions = append(s.actions, Action{
+				Kind: ActionQueue, ID: e.id, Priority: e.prio, Model: e.model, PolicyClass: e.spec().Name,
+			})
+		}
 	}
 	return s.actions
 }
@@ -266,13 +278,6 @@ func (s *Scheduler) settle(e *entry, t instant) {
 	}
 }
 
-// Cancel reports that the client went away. A queued request leaves
-// without trace (counted client_cancelled); an in-flight one releases all
-// it booked. A dispatch pass follows. Unknown IDs are ignored.
-func (s *Scheduler) Cancel(now time.Time, id uint64) []Action {
-	return s.end(now, id)
-}
-
 // FirstToken releases the request's prefill tokens; it can no longer be
 // preempted. A dispatch pass follows. IDs that are unknown, queued or
 // already past their first token are ignored.
@@ -291,17 +296,16 @@ func (s *Scheduler) FirstToken(now time.Time, id uint64) []Action {
 	return s.actions
 }
 
-// Done releases everything the request booked. A dispatch pass follows.
-// Done for a request that is still queued acts as Cancel; unknown IDs are
-// ignored.
-func (s *Scheduler) Done(now time.Time, id uint64) []Action {
-	return s.end(now, id)
-}
-
-// end implements Cancel and Done. The slot an ending victim frees goes
-// first to its preemptor, if that one is still queued and its gates pass;
-// the preemptor then leaves its lane directly, without a DRR charge.
-func (s *Scheduler) end(now time.Time, id uint64) []Action {
+// Release reports that the shell is finished with a request, whatever the
+// reason (the client went away, the response ended, a preemption was
+// answered). A queued request leaves without trace (counted
+// client_cancelled); an in-flight one releases everything it booked. A
+// dispatch pass follows. Unknown IDs are ignored.
+//
+// The slot an ending victim frees goes first to its preemptor, if that one
+// is still queued and its gates pass; the preemptor then leaves its lane
+// directly, without a DRR charge.
+func (s *Scheduler) Release(now time.Time, id uint64) []Action {
 	s.actions = s.actions[:0]
 	t := s.at(now)
 	e := s.entries[id]
@@ -391,9 +395,9 @@ func (s *Scheduler) SetWorkers(now time.Time, workers []Worker) []Action {
 }
 
 // Drain rejects every queued request with OutcomeShutdown, the higher
-// priority classes first and each in enqueue order. From then on an arrival
-// that would have to queue is rejected with OutcomeShutdown too; arrivals
-// that can be dispatched at once still are.
+// priority classes first and each in enqueue order. From then on, until
+// Resume, Submit rejects every arrival with OutcomeShutdown, whether or not
+// it could be dispatched at once; requests in flight run to their Release.
 func (s *Scheduler) Drain(now time.Time) []Action {
 	s.actions = s.actions[:0]
 	t := s.at(now)
@@ -407,7 +411,7 @@ func (s *Scheduler) Drain(now time.Time) []Action {
 	return s.actions
 }
 
-// Resume ends a Drain: arrivals may queue again. Leader election uses it
+// Resume ends a Drain: arrivals are admitted again. Leader election uses it
 // when a standby becomes the leader.
 // With the warm start on, it also starts a new warm start at the next
 // call: the new leader's bookings are empty while the engines are not.

@@ -57,7 +57,7 @@ func benchCycle(tb testing.TB, s *Scheduler, r *Request, i uint64) {
 	if acts := s.Submit(simT0, *r); len(acts) != 1 || acts[0].Kind != ActionDispatch {
 		tb.Fatalf("submit %d: %v", i, simRender(acts))
 	}
-	if acts := s.Done(simT0, i); len(acts) != 0 {
+	if acts := s.Release(simT0, i); len(acts) != 0 {
 		tb.Fatalf("done %d: %v", i, simRender(acts))
 	}
 }
@@ -139,10 +139,10 @@ func BenchmarkScheduler_Preemption(b *testing.B) {
 			b.Fatalf("preemption: %v", simRender(acts))
 		}
 		victim := acts[0].ID
-		if acts := s.Done(simT0, victim); len(acts) != 1 || acts[0].ID != preemptor {
+		if acts := s.Release(simT0, victim); len(acts) != 1 || acts[0].ID != preemptor {
 			b.Fatalf("hand-off: %v", simRender(acts))
 		}
-		s.Done(simT0, preemptor)
+		s.Release(simT0, preemptor)
 		id++
 		s.Submit(simT0, Request{ID: id, Model: "m", Priority: Priority(id % 2), ISL: 256})
 	}

@@ -30,10 +30,10 @@ func TestScheduler_FairnessBetweenTenants(t *testing.T) {
 			h := newSim(t, cfg, simWorker("w", 8))
 			h.want("first", h.submit(fairReq(1, "noisy")), "dispatch 1 w/0")
 			for id := uint64(2); id <= 6; id++ {
-				h.want("noisy queues", h.submit(fairReq(id, "noisy")))
+				h.want("noisy queues", h.submit(fairReq(id, "noisy")), "queue "+simItoa(id))
 			}
 			for id := uint64(7); id <= 8; id++ {
-				h.want("quiet queues", h.submit(fairReq(id, "quiet")))
+				h.want("quiet queues", h.submit(fairReq(id, "quiet")), "queue "+simItoa(id))
 			}
 			if tc.fair {
 				q := h.s.Stats().Queues[0]
@@ -89,10 +89,10 @@ func TestScheduler_FairnessArrivalMovesTheTurn(t *testing.T) {
 	h.want("bulk 2", h.submit(req(2, PriorityBulk, "x")), "dispatch 2 w/0")
 	h.want("interactive 3", h.submit(req(3, PriorityInteractive, "y")), "dispatch 3 w/0")
 	h.want("interactive 4", h.submit(req(4, PriorityInteractive, "y")), "dispatch 4 w/0")
-	h.want("bulk 5 queues: no bulk slot", h.submit(req(5, PriorityBulk, "b")))
-	h.want("interactive 6 queues: no slot", h.submit(req(6, PriorityInteractive, "a")))
-	h.want("3 ends: flow b's bulk head blocks the lane", h.done(3))
-	h.want("4 ends: still blocked", h.done(4))
+	h.want("bulk 5 queues: no bulk slot", h.submit(req(5, PriorityBulk, "b")), "queue 5")
+	h.want("interactive 6 queues: no slot", h.submit(req(6, PriorityInteractive, "a")), "queue 6")
+	h.want("3 ends: flow b's bulk head blocks the lane", h.release(3))
+	h.want("4 ends: still blocked", h.release(4))
 	h.want("interactive 7 heads flow b; then flow a's turn", h.submit(req(7, PriorityInteractive, "b")),
 		"dispatch 7 w/0 queued", "dispatch 6 w/0 queued")
 }

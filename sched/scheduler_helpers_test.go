@@ -40,18 +40,17 @@ func newSim(t testing.TB, cfg Config, workers ...Worker) *sim {
 // at moves the clock to simT0+d.
 func (h *sim) at(d time.Duration) *sim { h.now = simT0.Add(d); return h }
 
-func (h *sim) submit(r Request) []string { return simRender(h.s.Submit(h.now, r)) }
-func (h *sim) done(id uint64) []string   { return simRender(h.s.Done(h.now, id)) }
-func (h *sim) cancel(id uint64) []string { return simRender(h.s.Cancel(h.now, id)) }
-func (h *sim) first(id uint64) []string  { return simRender(h.s.FirstToken(h.now, id)) }
-func (h *sim) tick() []string            { return simRender(h.s.Tick(h.now)) }
+func (h *sim) submit(r Request) []string  { return simRender(h.s.Submit(h.now, r)) }
+func (h *sim) release(id uint64) []string { return simRender(h.s.Release(h.now, id)) }
+func (h *sim) first(id uint64) []string   { return simRender(h.s.FirstToken(h.now, id)) }
+func (h *sim) tick() []string             { return simRender(h.s.Tick(h.now)) }
 func (h *sim) workers(ws ...Worker) []string {
 	return simRender(h.s.SetWorkers(h.now, ws))
 }
 
-// finish ends id with FirstToken then Done, returning the actions of both.
+// finish ends id with FirstToken then Release, returning the actions of both.
 func (h *sim) finish(id uint64) []string {
-	return append(h.first(id), h.done(id)...)
+	return append(h.first(id), h.release(id)...)
 }
 
 // want compares rendered actions.
@@ -81,6 +80,7 @@ var simOutcomes = map[Outcome]string{
 //	dispatch ID WORKER/RANK [queued]
 //	reject ID OUTCOME [queued] [LIMITKIND CURRENT>=LIMIT]
 //	preempt ID VICTIMCLASS by PREEMPTORCLASS
+//	queue ID
 func simRender(as []Action) []string {
 	out := make([]string, 0, len(as))
 	for _, a := range as {
@@ -92,6 +92,8 @@ func simRender(as []Action) []string {
 			fmt.Fprintf(&b, "reject %d %s", a.ID, simOutcomes[a.Outcome])
 		case ActionPreempt:
 			fmt.Fprintf(&b, "preempt %d %s by %s", a.ID, a.Priority, a.By)
+		case ActionQueue:
+			fmt.Fprintf(&b, "queue %d", a.ID)
 		default:
 			fmt.Fprintf(&b, "kind%d %d", a.Kind, a.ID)
 		}

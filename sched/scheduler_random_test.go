@@ -201,14 +201,14 @@ func (d *simDriver) step() error {
 		}
 	case op < 70:
 		if id, ok := d.pick(simInFlight); ok {
-			return d.end(id, d.s.Done(d.now, id))
+			return d.end(id, d.s.Release(d.now, id))
 		}
 	case op < 78:
 		id := uint64(src.intn(int(d.nextID) + 2))
 		if d.status[id] == simQueued || d.status[id] == simInFlight {
-			return d.end(id, d.s.Cancel(d.now, id))
+			return d.end(id, d.s.Release(d.now, id))
 		}
-		return d.apply(d.s.Cancel(d.now, id), 0)
+		return d.apply(d.s.Release(d.now, id), 0)
 	case op < 90:
 		d.now = d.now.Add(time.Duration(src.intn(3000)) * time.Millisecond)
 		if err := d.apply(d.s.Tick(d.now), 0); err != nil {
@@ -224,7 +224,7 @@ func (d *simDriver) step() error {
 			id := d.victim[0]
 			d.victim = d.victim[1:]
 			if d.status[id] == simInFlight {
-				return d.end(id, d.s.Cancel(d.now, id))
+				return d.end(id, d.s.Release(d.now, id))
 			}
 		}
 	case op < 98:
@@ -295,17 +295,20 @@ func (d *simDriver) submit() error {
 	}
 	r.FairnessKey = []string{"", "t1", "t2", "t3", "t4"}[src.intn(5)]
 	d.status[id] = simPending
-	if err := d.apply(d.s.Submit(d.now, r), id); err != nil {
+	acts := d.s.Submit(d.now, r)
+	if n := len(acts); n > 0 && acts[n-1].Kind == ActionQueue && acts[n-1].Model != r.Model {
+		return fmt.Errorf("queue action %+v for model %q", acts[n-1], r.Model)
+	}
+	if err := d.apply(acts, id); err != nil {
 		return err
 	}
 	if d.status[id] == simPending {
-		d.status[id] = simQueued
-		d.live = append(d.live, id)
+		return fmt.Errorf("arrival %d neither dispatched, rejected nor reported queued: %v", id, simRender(acts))
 	}
 	return nil
 }
 
-// end records the end of a live request by Cancel or Done, then applies the
+// end records the end of a live request by Release, then applies the
 // actions that followed.
 func (d *simDriver) end(id uint64, acts []Action) error {
 	d.status[id] = simEnded
@@ -335,7 +338,7 @@ func (d *simDriver) pick(want simStatus) (uint64, bool) {
 // apply checks acts against the driver's model and updates it; submitted
 // is the ID of the arrival, or 0.
 func (d *simDriver) apply(acts []Action, submitted uint64) error {
-	for _, a := range acts {
+	for i, a := range acts {
 		st, known := d.status[a.ID]
 		arriving := a.ID == submitted && st == simPending
 		switch a.Kind {
@@ -364,6 +367,12 @@ func (d *simDriver) apply(acts []Action, submitted uint64) error {
 				return fmt.Errorf("preemption of a %s request by %s", a.Priority, a.By)
 			}
 			d.victim = append(d.victim, a.ID)
+		case ActionQueue:
+			if !arriving || i != len(acts)-1 {
+				return fmt.Errorf("queue action for %d (status %d) at %d of %v", a.ID, st, i, simRender(acts))
+			}
+			d.status[a.ID] = simQueued
+			d.live = append(d.live, a.ID)
 		default:
 			return fmt.Errorf("action kind %d", a.Kind)
 		}
@@ -427,7 +436,7 @@ func (d *simDriver) finish() error {
 				if err := d.apply(d.s.FirstToken(d.now, id), 0); err != nil {
 					return err
 				}
-				if err := d.end(id, d.s.Done(d.now, id)); err != nil {
+				if err := d.end(id, d.s.Release(d.now, id)); err != nil {
 					return err
 				}
 				progressed = true

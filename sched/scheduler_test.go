@@ -7,19 +7,19 @@ import (
 	"time"
 )
 
-func TestScheduler_CancelQueuedLeavesNoTrace(t *testing.T) {
+func TestScheduler_ReleaseQueuedLeavesNoTrace(t *testing.T) {
 	c := ClassSpec{Name: "c", Quantum: 1, BusyThreshold: simU64(0)}
 	h := newSim(t, Config{Policy: PolicyConfig{Root: simProfile(c)}}, simWorker("w", 8))
 	h.want("busy", h.submit(simReq(1, PriorityDefault, 100)), "dispatch 1 w/0")
-	h.want("queued", h.submit(simReq(2, PriorityInteractive, 100)))
-	h.want("queued", h.submit(simReq(3, PriorityDefault, 300)))
-	h.want("cancel the head", h.cancel(2))
+	h.want("queued", h.submit(simReq(2, PriorityInteractive, 100)), "queue 2")
+	h.want("queued", h.submit(simReq(3, PriorityDefault, 300)), "queue 3")
+	h.want("cancel the head", h.release(2))
 	q := h.s.Stats().Queues[0]
 	if q.Requests != 1 || q.ISLTokens != 300 {
 		t.Fatalf("queue after one cancel: %+v", q)
 	}
-	h.want("cancel the last", h.cancel(3))
-	h.want("unknown IDs are ignored", h.cancel(3))
+	h.want("cancel the last", h.release(3))
+	h.want("unknown IDs are ignored", h.release(3))
 	h.want("FirstToken of an unknown ID", h.first(42))
 	st := h.s.Stats()
 	if q := st.Queues[0]; q.Requests != 0 || q.ISLTokens != 0 || q.Deficit != 0 {
@@ -31,17 +31,17 @@ func TestScheduler_CancelQueuedLeavesNoTrace(t *testing.T) {
 	if len(h.s.entries) != 1 || st.QueueDepth != [NumPriorities]uint32{} {
 		t.Fatalf("%d entries, depth %v", len(h.s.entries), st.QueueDepth)
 	}
-	h.want("the in-flight one ends", h.cancel(1))
+	h.want("the in-flight one ends", h.release(1))
 	if st := h.s.Stats(); st.Ranks[0].ActiveRequests != 0 || st.Ranks[0].ActiveBlocks != 0 || len(h.s.entries) != 0 {
 		t.Fatalf("ranks %+v entries %d", st.Ranks, len(h.s.entries))
 	}
 }
 
-func TestScheduler_DoneOfAQueuedRequestActsAsCancel(t *testing.T) {
+func TestScheduler_ReleaseOfAQueuedRequestCountsClientCancelled(t *testing.T) {
 	h := newSim(t, simSMG(simZeroFloors), simWorker("w", 1))
 	h.submit(simReq(1, PriorityBulk, 8))
-	h.want("queued", h.submit(simReq(2, PriorityBulk, 8)))
-	h.want("done while queued", h.done(2))
+	h.want("queued", h.submit(simReq(2, PriorityBulk, 8)), "queue 2")
+	h.want("released while queued", h.release(2))
 	if got := h.s.Stats().Admits[PriorityBulk][OutcomeClientCancelled]; got != 1 {
 		t.Fatalf("client_cancelled = %d", got)
 	}
@@ -51,9 +51,9 @@ func TestScheduler_Drain(t *testing.T) {
 	h := newSim(t, simSMG(simZeroFloors), simWorker("w", 2))
 	h.want("1", h.submit(simReq(1, PriorityBulk, 8)), "dispatch 1 w/0")
 	h.want("2", h.submit(simReq(2, PriorityBulk, 8)), "dispatch 2 w/0")
-	h.want("3 queues", h.submit(simReq(3, PriorityBulk, 8)))
-	h.want("4 queues", h.submit(simReq(4, PrioritySystem, 8)), "preempt 2 bulk by system")
-	h.want("5 queues", h.submit(simReq(5, PriorityBulk, 8)))
+	h.want("3 queues", h.submit(simReq(3, PriorityBulk, 8)), "queue 3")
+	h.want("4 queues", h.submit(simReq(4, PrioritySystem, 8)), "preempt 2 bulk by system", "queue 4")
+	h.want("5 queues", h.submit(simReq(5, PriorityBulk, 8)), "queue 5")
 	h.at(time.Second)
 	acts := h.s.Drain(h.now)
 	h.want("drain: higher classes first, then enqueue order", simRender(acts),
@@ -62,12 +62,19 @@ func TestScheduler_Drain(t *testing.T) {
 		t.Fatalf("wait %v", acts[0].Wait)
 	}
 	h.want("an arrival that must queue", h.submit(simReq(6, PriorityBulk, 8)), "reject 6 shutdown")
-	h.want("the victim ends; nobody waits", h.done(2))
-	h.want("an arrival with a free slot is still served", h.submit(simReq(7, PriorityBulk, 8)), "dispatch 7 w/0")
-	h.want("full again: the next arrival is refused", h.submit(simReq(8, PriorityBulk, 8)), "reject 8 shutdown")
+	h.want("the victim ends; nobody waits", h.release(2))
+	h.want("an arrival that could dispatch at once is refused too", h.submit(simReq(7, PriorityBulk, 8)), "reject 7 shutdown")
+	bad := simReq(8, PriorityBulk, 8)
+	bad.Pin = &Pin{Worker: "gone"}
+	h.want("draining answers before the pin is checked", h.submit(bad), "reject 8 shutdown")
+	h.want("a duplicate id is still named as one", h.submit(simReq(1, PriorityBulk, 8)), "reject 1 unknown")
+	if st := h.s.Stats(); st.Admits[PriorityBulk][OutcomeShutdown] != 5 || st.InFlight[PriorityBulk] != 1 {
+		t.Fatalf("admits %v in flight %v", st.Admits[PriorityBulk], st.InFlight)
+	}
 	h.s.Resume()
-	h.want("after Resume an arrival queues again", h.submit(simReq(9, PriorityBulk, 8)))
-	h.want("and is dispatched when a slot frees", h.done(1), "dispatch 9 w/0 queued")
+	h.want("after Resume the refused arrival dispatches at once", h.submit(simReq(7, PriorityBulk, 8)), "dispatch 7 w/0")
+	h.want("and a later one queues again", h.submit(simReq(9, PriorityBulk, 8)), "queue 9")
+	h.want("and is dispatched when a slot frees", h.release(1), "dispatch 9 w/0 queued")
 }
 
 func TestScheduler_DuplicateID(t *testing.T) {
@@ -137,10 +144,10 @@ func TestScheduler_StatsAndPressure(t *testing.T) {
 func TestScheduler_CapacityGrowthDrains(t *testing.T) {
 	h := newSim(t, simSMG(simZeroFloors), simWorker("w", 1))
 	h.submit(simReq(1, PriorityBulk, 8))
-	h.want("queued", h.submit(simReq(2, PriorityBulk, 8)))
+	h.want("queued", h.submit(simReq(2, PriorityBulk, 8)), "queue 2")
 	pinned := simReq(3, PriorityBulk, 8)
 	pinned.Pin = &Pin{Worker: "w"}
-	h.want("pinned queued", h.submit(pinned))
+	h.want("pinned queued", h.submit(pinned), "queue 3")
 	h.want("growth drains", h.workers(simWorker("w", 3)), "dispatch 2 w/0 queued", "dispatch 3 w/0 queued")
 }
 

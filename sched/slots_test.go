@@ -62,7 +62,7 @@ func TestSlots_BulkGetsTwentySlotsAtCapacity200(t *testing.T) {
 	for id := uint64(1); id <= 20; id++ {
 		h.want("bulk within its share", h.submit(simReq(id, PriorityBulk, 16)), "dispatch "+simItoa(id)+" w/0")
 	}
-	h.want("21st bulk queues", h.submit(simReq(21, PriorityBulk, 16)))
+	h.want("21st bulk queues", h.submit(simReq(21, PriorityBulk, 16)), "queue 21")
 	if st := h.s.Stats(); st.QueueDepth[PriorityBulk] != 1 || st.InFlight[PriorityBulk] != 20 {
 		t.Fatalf("depth %v in flight %v", st.QueueDepth, st.InFlight)
 	}
@@ -145,19 +145,19 @@ func TestPreempt_VictimChoice(t *testing.T) {
 	h.want("default 3", h.submit(simReq(3, PriorityDefault, 64)), "dispatch 3 w/0")
 	h.want("default 4", h.submit(simReq(4, PriorityDefault, 64)), "dispatch 4 w/0")
 
-	h.want("lowest class, newest first", h.submit(simReq(5, PriorityInteractive, 64)), "preempt 2 bulk by interactive")
-	h.want("a victim is never taken twice", h.submit(simReq(6, PriorityInteractive, 64)), "preempt 1 bulk by interactive")
+	h.want("lowest class, newest first", h.submit(simReq(5, PriorityInteractive, 64)), "preempt 2 bulk by interactive", "queue 5")
+	h.want("a victim is never taken twice", h.submit(simReq(6, PriorityInteractive, 64)), "preempt 1 bulk by interactive", "queue 6")
 	h.want("first token", h.first(3))
-	h.want("past first token is spared", h.submit(simReq(7, PriorityInteractive, 64)), "preempt 4 default by interactive")
-	h.want("no victim left", h.submit(simReq(8, PrioritySystem, 64)))
-	h.want("bulk arrivals never preempt", h.submit(simReq(9, PriorityBulk, 64)))
+	h.want("past first token is spared", h.submit(simReq(7, PriorityInteractive, 64)), "preempt 4 default by interactive", "queue 7")
+	h.want("no victim left", h.submit(simReq(8, PrioritySystem, 64)), "queue 8")
+	h.want("bulk arrivals never preempt", h.submit(simReq(9, PriorityBulk, 64)), "queue 9")
 
 	// Victim 1 (taken by 6) ends first: 6 gets the slot although 5 queued
 	// earlier in the same class.
-	h.want("hand-off to the preemptor", h.done(1), "dispatch 6 w/0 queued")
-	h.want("the hand-off beats even a queued system request", h.done(2), "dispatch 5 w/0 queued")
-	h.want("hand-off to 7", h.done(4), "dispatch 7 w/0 queued")
-	h.want("a plain release serves the best queued request", h.done(3), "dispatch 8 w/0 queued")
+	h.want("hand-off to the preemptor", h.release(1), "dispatch 6 w/0 queued")
+	h.want("the hand-off beats even a queued system request", h.release(2), "dispatch 5 w/0 queued")
+	h.want("hand-off to 7", h.release(4), "dispatch 7 w/0 queued")
+	h.want("a plain release serves the best queued request", h.release(3), "dispatch 8 w/0 queued")
 
 	st := h.s.Stats()
 	if st.Preemptions[PriorityBulk][PriorityInteractive] != 2 || st.Preemptions[PriorityDefault][PriorityInteractive] != 1 {
@@ -195,7 +195,7 @@ func TestPreempt_TenantClampRemovesPreemptionPower(t *testing.T) {
 
 	h2 := newSim(t, cfg, simWorker("w", 1))
 	h2.submit(simReq(1, PriorityBulk, 64))
-	h2.want("unclamped system preempts", h2.submit(simReq(2, PrioritySystem, 64)), "preempt 1 bulk by system")
+	h2.want("unclamped system preempts", h2.submit(simReq(2, PrioritySystem, 64)), "preempt 1 bulk by system", "queue 2")
 }
 
 func TestSlots_QueueFull(t *testing.T) {
@@ -205,12 +205,12 @@ func TestSlots_QueueFull(t *testing.T) {
 		pc.Classes[PriorityDefault].QueueSize = 0
 	}), simWorker("w", 1))
 	h.want("queue_size 0 with a free slot", h.submit(simReq(1, PriorityDefault, 8)), "dispatch 1 w/0")
-	h.want("bulk 2 queues", h.submit(simReq(2, PriorityBulk, 8)))
-	h.want("bulk 3 queues", h.submit(simReq(3, PriorityBulk, 8)))
+	h.want("bulk 2 queues", h.submit(simReq(2, PriorityBulk, 8)), "queue 2")
+	h.want("bulk 3 queues", h.submit(simReq(3, PriorityBulk, 8)), "queue 3")
 	h.want("bulk 4 finds the queue full", h.submit(simReq(4, PriorityBulk, 8)), "reject 4 queue_full")
 	h.want("queue_size 0 under contention", h.submit(simReq(5, PriorityDefault, 8)), "reject 5 queue_full")
-	h.want("FIFO hand-off", h.done(1), "dispatch 2 w/0 queued")
-	h.want("room again", h.submit(simReq(6, PriorityBulk, 8)))
+	h.want("FIFO hand-off", h.release(1), "dispatch 2 w/0 queued")
+	h.want("room again", h.submit(simReq(6, PriorityBulk, 8)), "queue 6")
 	st := h.s.Stats()
 	if st.Admits[PriorityBulk][OutcomeQueueFull] != 1 || st.Admits[PriorityDefault][OutcomeQueueFull] != 1 {
 		t.Fatalf("admits = %v", st.Admits)
@@ -229,8 +229,8 @@ func TestDeadlines_QueueTimeout(t *testing.T) {
 		t.Fatal("deadline with nothing queued")
 	}
 	h.want("bulk 1", h.submit(simReq(1, PriorityBulk, 8)), "dispatch 1 w/0")
-	h.want("bulk 2 queues", h.submit(simReq(2, PriorityBulk, 8)))
-	h.at(2*time.Second).want("bulk 3 queues", h.submit(simReq(3, PriorityBulk, 8)))
+	h.want("bulk 2 queues", h.submit(simReq(2, PriorityBulk, 8)), "queue 2")
+	h.at(2*time.Second).want("bulk 3 queues", h.submit(simReq(3, PriorityBulk, 8)), "queue 3")
 	simWantDeadline(t, h.s, 10*time.Second)
 
 	h.at(10*time.Second-1).want("not yet", h.tick())
@@ -241,7 +241,7 @@ func TestDeadlines_QueueTimeout(t *testing.T) {
 		t.Fatalf("wait = %v", acts[0].Wait)
 	}
 	simWantDeadline(t, h.s, 12*time.Second)
-	h.want("slot frees", h.done(1), "dispatch 3 w/0 queued")
+	h.want("slot frees", h.release(1), "dispatch 3 w/0 queued")
 	if _, ok := h.s.NextDeadline(); ok {
 		t.Fatal("deadline after the queue emptied")
 	}
@@ -256,7 +256,7 @@ func TestDeadlines_StarvationPromotionAtCapacityOne(t *testing.T) {
 		pc.Classes[PriorityInteractive].ReservedFloor = 1
 		pc.Classes[PriorityBulk].StarvationThreshold = time.Second
 	}), simWorker("w", 1))
-	h.want("interactive reservation shuts bulk out", h.submit(simReq(1, PriorityBulk, 8)))
+	h.want("interactive reservation shuts bulk out", h.submit(simReq(1, PriorityBulk, 8)), "queue 1")
 	simWantDeadline(t, h.s, time.Second+1)
 	h.at(time.Second).want("exactly at the threshold", h.tick())
 	h.at(time.Second+1).want("strictly older: promoted", h.tick(), "dispatch 1 w/0 queued")
@@ -272,11 +272,11 @@ func TestDeadlines_PromotedNeedsOnlyAFreeSlot(t *testing.T) {
 		pc.Classes[PriorityDefault].StarvationThreshold = 5 * time.Second
 	}), simWorker("w", 3))
 	h.want("default 1", h.submit(simReq(1, PriorityDefault, 8)), "dispatch 1 w/0")
-	h.want("default 2 waits: two slots reserved for system", h.submit(simReq(2, PriorityDefault, 8)))
-	h.want("default 3 waits", h.submit(simReq(3, PriorityDefault, 8)))
+	h.want("default 2 waits: two slots reserved for system", h.submit(simReq(2, PriorityDefault, 8)), "queue 2")
+	h.want("default 3 waits", h.submit(simReq(3, PriorityDefault, 8)), "queue 3")
 	h.at(6*time.Second).want("both promoted; one free slot each", h.tick(), "dispatch 2 w/0 queued", "dispatch 3 w/0 queued")
 	h.want("capacity is never exceeded; promoted requests stay preemptible",
-		h.submit(simReq(4, PrioritySystem, 8)), "preempt 3 default by system")
+		h.submit(simReq(4, PrioritySystem, 8)), "preempt 3 default by system", "queue 4")
 }
 
 // simWantDeadline checks NextDeadline against simT0+d.

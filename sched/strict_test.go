@@ -47,11 +47,11 @@ func hinted(id uint64, p Priority, hint uint32) Request {
 func TestPriority_StrictHintDoesNotCrossClasses(t *testing.T) {
 	h := newSim(t, simSMG(noPreemption), simWorker("w", 1))
 	h.want("fill the slot", h.submit(simReq(1, PriorityBulk, 16)), "dispatch 1 w/0")
-	h.want("hinted bulk queues", h.submit(hinted(2, PriorityBulk, math.MaxUint32)))
-	h.want("plain bulk queues", h.submit(simReq(3, PriorityBulk, 16)))
-	h.want("interactive queues", h.submit(simReq(4, PriorityInteractive, 16)))
-	h.want("interactive with hint 0 queues", h.submit(hinted(5, PriorityInteractive, 0)))
-	h.want("interactive with hint 1 queues", h.submit(hinted(6, PriorityInteractive, 1)))
+	h.want("hinted bulk queues", h.submit(hinted(2, PriorityBulk, math.MaxUint32)), "queue 2")
+	h.want("plain bulk queues", h.submit(simReq(3, PriorityBulk, 16)), "queue 3")
+	h.want("interactive queues", h.submit(simReq(4, PriorityInteractive, 16)), "queue 4")
+	h.want("interactive with hint 0 queues", h.submit(hinted(5, PriorityInteractive, 0)), "queue 5")
+	h.want("interactive with hint 1 queues", h.submit(hinted(6, PriorityInteractive, 1)), "queue 6")
 	var order []string
 	for _, id := range []uint64{1, 6, 4, 5, 2} {
 		order = append(order, h.finish(id)...)
@@ -72,8 +72,8 @@ func TestPriority_ReservedSlotNotBlockedByHintedHead(t *testing.T) {
 	h := newSim(t, cfg, simWorker("w", 2))
 	h.want("bulk takes the shared slot", h.submit(simReq(1, PriorityBulk, 16)), "dispatch 1 w/0")
 	h.want("interactive takes its reserved slot", h.submit(simReq(2, PriorityInteractive, 16)), "dispatch 2 w/0")
-	h.want("hinted bulk queues", h.submit(hinted(3, PriorityBulk, math.MaxUint32)))
-	h.want("interactive queues", h.submit(simReq(4, PriorityInteractive, 16)))
+	h.want("hinted bulk queues", h.submit(hinted(3, PriorityBulk, math.MaxUint32)), "queue 3")
+	h.want("interactive queues", h.submit(simReq(4, PriorityInteractive, 16)), "queue 4")
 	// The reserved slot frees: free(bulk) stays 0, free(interactive) is 1.
 	h.want("the reserved slot goes to interactive", h.finish(2), "dispatch 4 w/0 queued")
 	h.want("bulk goes when the shared slot frees", h.finish(1), "dispatch 3 w/0 queued")

@@ -65,10 +65,10 @@ func TestSubset_WorkerGateCountsOnlyTheSubset(t *testing.T) {
 	h := newSim(t, cfg, simWorker("a", 4), simWorker("b", 4))
 	h.want("b busy", h.submit(subsetReq(1, "b")), "dispatch 1 b/0")
 	// a is idle, but the subset allows only the busy b: the request waits.
-	h.want("waits for its subset", h.submit(subsetReq(2, "b")))
+	h.want("waits for its subset", h.submit(subsetReq(2, "b")), "queue 2")
 	// An unrestricted request behind it queues in the same lane, as
 	// behind a request waiting for a tainted worker (FIFO within a class).
-	h.want("others queue behind it", h.submit(subsetReq(3)))
+	h.want("others queue behind it", h.submit(subsetReq(3)), "queue 3")
 	h.want("b frees", h.first(1), "dispatch 2 b/0 queued", "dispatch 3 a/0 queued")
 }
 
@@ -76,6 +76,6 @@ func TestSubset_WorkerLeavingTheSetRejectsQueued(t *testing.T) {
 	cfg := Config{Policy: PolicyConfig{Root: simProfile(ClassSpec{Name: "c", Quantum: 1, BusyThreshold: simU64(0)})}}
 	h := newSim(t, cfg, simWorker("a", 4), simWorker("b", 4))
 	h.want("b busy", h.submit(subsetReq(1, "b")), "dispatch 1 b/0")
-	h.want("waits for b", h.submit(subsetReq(2, "b")))
+	h.want("waits for b", h.submit(subsetReq(2, "b")), "queue 2")
 	h.want("b leaves", h.workers(simWorker("a", 4)), "reject 2 no_endpoints queued")
 }

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"time"
 )
 
@@ -102,9 +103,31 @@ const (
 	// ActionReject: answer request ID with Outcome; it holds nothing.
 	ActionReject
 	// ActionPreempt: end in-flight request ID (the victim) with the
-	// preemption answer, then report Cancel or Done for it.
+	// preemption answer, then report Release for it.
 	ActionPreempt
+	// ActionQueue: request ID is queued; it carries ID, Priority (the
+	// effective class), Model and PolicyClass. Submit appends it as its
+	// last action when the submitted request is still queued at the end
+	// of the call, never when it was dispatched or rejected within the
+	// call. A request reported queued later gets exactly one
+	// ActionDispatch or ActionReject, unless the shell releases it first.
+	ActionQueue
+	// NumActionKinds counts the action kinds (a sentinel, not a kind).
+	NumActionKinds
 )
+
+var actionKindNames = [NumActionKinds]string{
+	"unknown", "dispatch", "reject", "preempt", "queue",
+}
+
+// String returns the kind's snake_case name; out of range it returns
+// "action_kind(N)".
+func (k ActionKind) String() string {
+	if k < NumActionKinds {
+		return actionKindNames[k]
+	}
+	return "action_kind(" + strconv.Itoa(int(k)) + ")"
+}
 
 // Outcome says why a request left the queue without being dispatched, or
 // names a dispatch.
@@ -133,7 +156,23 @@ const (
 	// OutcomeClientCancelled: the client went away while queued (counted
 	// only; there is nobody to answer).
 	OutcomeClientCancelled
+	// NumOutcomes counts the outcomes (a sentinel, not an outcome).
+	NumOutcomes
 )
+
+var outcomeNames = [NumOutcomes]string{
+	"unknown", "admitted", "queue_full", "queue_timeout", "class_limit",
+	"no_endpoints", "pin_invalid", "preempted", "shutdown", "client_cancelled",
+}
+
+// String returns the outcome's stable snake_case name; out of range it
+// returns "outcome(N)".
+func (o Outcome) String() string {
+	if o < NumOutcomes {
+		return outcomeNames[o]
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
 
 // LimitKind names a Dynamo per-worker queue limit.
 type LimitKind uint8
@@ -144,32 +183,31 @@ const (
 	LimitRequests
 	LimitRawISLTokens
 	LimitCachedTokens
+	// NumLimitKinds counts the limit kinds (a sentinel, not a kind).
+	NumLimitKinds
 )
 
-// String returns the limit_kind value of Dynamo's 529 body.
+var (
+	limitKindNames   = [NumLimitKinds]string{"none", "requests", "raw_isl_tokens", "cached_tokens"}
+	limitKindReasons = [NumLimitKinds]string{"none", "request_limit", "raw_isl_token_limit", "cached_token_limit"}
+)
+
+// String returns the limit_kind value of Dynamo's 529 body; out of range it
+// returns "limit_kind(N)".
 func (k LimitKind) String() string {
-	switch k {
-	case LimitRequests:
-		return "requests"
-	case LimitRawISLTokens:
-		return "raw_isl_tokens"
-	case LimitCachedTokens:
-		return "cached_tokens"
+	if k < NumLimitKinds {
+		return limitKindNames[k]
 	}
-	return "none"
+	return "limit_kind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// Reason returns the reason label of dynamo_frontend_router_queue_backpressure_total.
+// Reason returns the reason label of dynamo_frontend_router_queue_backpressure_total;
+// out of range it returns "limit_kind(N)".
 func (k LimitKind) Reason() string {
-	switch k {
-	case LimitRequests:
-		return "request_limit"
-	case LimitRawISLTokens:
-		return "raw_isl_token_limit"
-	case LimitCachedTokens:
-		return "cached_token_limit"
+	if k < NumLimitKinds {
+		return limitKindReasons[k]
 	}
-	return "none"
+	return "limit_kind(" + strconv.Itoa(int(k)) + ")"
 }
 
 // Action is one thing the shell must do as a result of a call.
