@@ -160,7 +160,9 @@ func rejectionFor(a *sched.Action) (*rejection, bool) {
 		r = rejection{reason: reasonPinInvalid, message: a.Message}
 	case sched.OutcomeShutdown:
 		r.reason = reasonShutdown
-	default:
+	case sched.OutcomeUnknown, sched.OutcomeAdmitted, sched.OutcomeClientCancelled:
+		return nil, false
+	default: // an outcome this table does not know yet
 		return nil, false
 	}
 	return &r, true
@@ -206,7 +208,7 @@ func (r *rejection) body() []byte {
 			e.Code = row.code
 		}
 		return e.JSON()
-	default:
+	case shapeSMG:
 		e := smgError{Type: http.StatusText(row.status), Code: row.code, Message: r.text()}
 		if r.reason == reasonNoEndpoints {
 			e.Model = &r.model

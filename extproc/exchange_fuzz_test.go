@@ -234,13 +234,10 @@ func (r *exchangeRun) finish() { r.close(errClientGone) }
 func (r *exchangeRun) checkNotes(input string) int {
 	releases := 0
 	for _, n := range r.env.notes {
-		switch n.kind {
-		case evRelease:
+		if n.kind == evRelease {
 			releases++
-		case evFirstToken:
-			if releases > 0 {
-				r.t.Fatalf("%s: first token after the release: %v", input, r.env.notes)
-			}
+		} else if releases > 0 {
+			r.t.Fatalf("%s: %v after the release: %v", input, n.kind, r.env.notes)
 		}
 	}
 	if releases > 1 {

@@ -160,6 +160,7 @@ func (x *exchange) requestTrailers(now time.Time) step {
 		return step{send: []*extprocv3.ProcessingResponse{requestTrailersReply()}}
 	case stageEnvoyReply:
 		return step{} // Envoy's own reply stopped the request: nothing to answer
+	case stageStart, stageOver:
 	}
 	return x.protocolError("request trailers in stage %s", x.stage)
 }

@@ -31,7 +31,7 @@ func (x *exchange) responseHeaders(now time.Time, h *extprocv3.HttpHeaders) step
 	case stageRouted:
 	case stageStart, stageBody, stageWaiting:
 		return x.envoyReply(now, h)
-	default:
+	case stageEnvoyReply, stageOver:
 		return x.protocolError("response headers in stage %s", x.stage)
 	}
 	if x.resp != responseNone {

@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -132,8 +131,6 @@ func (f *fakeEnv) routed(_ time.Time, worker string, _ *plan) {
 func (f *fakeEnv) served(id uint64, worker string, rank uint32) {
 	f.servedAt = append(f.servedAt, fmt.Sprintf("%d %s/%d", id, worker, rank))
 }
-
-var errGone = errors.New("dispatcher gone")
 
 // testConfig is a Config with defaults for exchange tests.
 func testConfig(mod func(*Config)) Config {

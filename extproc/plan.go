@@ -191,16 +191,6 @@ type plan struct {
 	cachedByWorker []sched.CachedTokens
 }
 
-// cachedOn returns the cached-token estimate for one worker.
-func (pl *plan) cachedOn(worker string) uint64 {
-	for _, c := range pl.cachedByWorker {
-		if c.Worker == worker {
-			return c.Tokens
-		}
-	}
-	return 0
-}
-
 // build parses an admission request's body and makes the scheduler
 // request. body may be nil when the body is unavailable (headers-only
 // processing), which schedules with what the headers say.

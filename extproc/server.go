@@ -188,13 +188,6 @@ func (s *Server) reportEngines(r enginemetrics.Round) {
 	_ = s.disp.send(ctx, event{kind: evEngine, loads: r.Loads})
 }
 
-// running reports whether Run was called.
-func (s *Server) running() bool {
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	return s.started
-}
-
 // control applies a control event: directly before Run (under runMu, so
 // Run cannot start meanwhile), through the dispatcher afterwards.
 func (s *Server) control(ctx context.Context, ev event) (reply, error) {

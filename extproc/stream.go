@@ -128,10 +128,10 @@ func (s *Server) firstMessage(ctx context.Context, stream extprocv3.ExternalProc
 		defer context.AfterFunc(s.shed, func() { cancel(errShedSilent) })()
 	}
 	m, err := stream.Recv()
-	switch context.Cause(ctx) {
-	case errNoFirstMessage:
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errNoFirstMessage):
 		return nil, status.Errorf(codes.DeadlineExceeded, "tollgate: no message within %v of opening the stream", s.cfg.FirstMessageTimeout)
-	case errShedSilent:
+	case errors.Is(cause, errShedSilent):
 		return nil, status.Error(codes.Unavailable, "tollgate: draining; the stream sent no message")
 	}
 	return m, err
@@ -235,7 +235,7 @@ func (l *streamLoop) next() (step, error) {
 
 // arm sets the stream's one timer to fire at at.
 func (l *streamLoop) arm(at time.Time) <-chan time.Time {
-	d := max(0, at.Sub(time.Now()))
+	d := max(0, time.Until(at))
 	if l.timer == nil {
 		l.timer = time.NewTimer(d)
 	} else {
