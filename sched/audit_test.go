@@ -81,7 +81,7 @@ func TestAudit_PromotionCountedOnlyWhenAdmitted(t *testing.T) {
 	h.want("bulk 2 queues", h.submit(simReq(2, PriorityBulk, 8)), "queue 2")
 	h.want("bulk 3 queues", h.submit(simReq(3, PriorityBulk, 8)), "queue 3")
 	h.at(2*time.Second).want("past the threshold, but no slot", h.tick())
-	h.want("a starving request that is cancelled", h.release(3))
+	h.want("a starving request that is cancelled", h.release(3), "reject 3 client_cancelled queued")
 	h.at(3*time.Second).want("times out", h.tick(), "reject 2 queue_timeout queued")
 	if got := h.s.Stats().Promotions[PriorityBulk]; got != 0 {
 		t.Fatalf("promotions = %d after a timeout and a cancel, want 0", got)

@@ -298,9 +298,10 @@ func (s *Scheduler) FirstToken(now time.Time, id uint64) []Action {
 
 // Release reports that the shell is finished with a request, whatever the
 // reason (the client went away, the response ended, a preemption was
-// answered). A queued request leaves without trace (counted
-// client_cancelled); an in-flight one releases everything it booked. A
-// dispatch pass follows. Unknown IDs are ignored.
+// answered). A queued request leaves its queue: the call reports it as an
+// ActionReject with OutcomeClientCancelled, Queued and its Wait, which the
+// shell only counts (nobody is left to answer). An in-flight one releases
+// everything it booked. A dispatch pass follows. Unknown IDs are ignored.
 //
 // The slot an ending victim frees goes first to its preemptor, if that one
 // is still queued and its gates pass; the preemptor then leaves its lane
@@ -314,8 +315,7 @@ func (s *Scheduler) Release(now time.Time, id uint64) []Action {
 		return s.actions
 	case e.state == stateQueued:
 		s.unqueue(e, false)
-		s.admits[e.prio][OutcomeClientCancelled]++
-		s.recycle(e)
+		s.finish(e, OutcomeClientCancelled, true, t)
 		s.pass(t)
 		return s.actions
 	}

@@ -311,6 +311,13 @@ func (d *simDriver) submit() error {
 // end records the end of a live request by Release, then applies the
 // actions that followed.
 func (d *simDriver) end(id uint64, acts []Action) error {
+	if d.status[id] == simQueued {
+		// A queued request's release is reported first, with its wait.
+		if len(acts) == 0 || acts[0].ID != id || acts[0].Kind != ActionReject || acts[0].Outcome != OutcomeClientCancelled || !acts[0].Queued {
+			return fmt.Errorf("release of queued %d: actions %v", id, acts)
+		}
+		acts = acts[1:]
+	}
 	d.status[id] = simEnded
 	d.ends[id]++
 	return d.apply(acts, 0)

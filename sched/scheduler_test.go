@@ -13,12 +13,12 @@ func TestScheduler_ReleaseQueuedLeavesNoTrace(t *testing.T) {
 	h.want("busy", h.submit(simReq(1, PriorityDefault, 100)), "dispatch 1 w/0")
 	h.want("queued", h.submit(simReq(2, PriorityInteractive, 100)), "queue 2")
 	h.want("queued", h.submit(simReq(3, PriorityDefault, 300)), "queue 3")
-	h.want("cancel the head", h.release(2))
+	h.want("cancel the head", h.release(2), "reject 2 client_cancelled queued")
 	q := h.s.Stats().Queues[0]
 	if q.Requests != 1 || q.ISLTokens != 300 {
 		t.Fatalf("queue after one cancel: %+v", q)
 	}
-	h.want("cancel the last", h.release(3))
+	h.want("cancel the last", h.release(3), "reject 3 client_cancelled queued")
 	h.want("unknown IDs are ignored", h.release(3))
 	h.want("FirstToken of an unknown ID", h.first(42))
 	st := h.s.Stats()
@@ -41,7 +41,11 @@ func TestScheduler_ReleaseOfAQueuedRequestCountsClientCancelled(t *testing.T) {
 	h := newSim(t, simSMG(simZeroFloors), simWorker("w", 1))
 	h.submit(simReq(1, PriorityBulk, 8))
 	h.want("queued", h.submit(simReq(2, PriorityBulk, 8)), "queue 2")
-	h.want("released while queued", h.release(2))
+	acts := h.s.Release(simT0.Add(1500*time.Millisecond), 2)
+	h.want("released while queued", simRender(acts), "reject 2 client_cancelled queued")
+	if acts[0].Wait != 1500*time.Millisecond || acts[0].PolicyClass == "" {
+		t.Errorf("the release reports wait %v, class %q; want 1.5s and the queue's class", acts[0].Wait, acts[0].PolicyClass)
+	}
 	if got := h.s.Stats().Admits[PriorityBulk][OutcomeClientCancelled]; got != 1 {
 		t.Fatalf("client_cancelled = %d", got)
 	}

@@ -100,7 +100,9 @@ type ActionKind uint8
 const (
 	// ActionDispatch: route request ID to Worker (and Rank).
 	ActionDispatch ActionKind = iota + 1
-	// ActionReject: answer request ID with Outcome; it holds nothing.
+	// ActionReject: answer request ID with Outcome (except
+	// OutcomeClientCancelled, which only reports a release); it holds
+	// nothing.
 	ActionReject
 	// ActionPreempt: end in-flight request ID (the victim) with the
 	// preemption answer, then report Release for it.
@@ -153,8 +155,9 @@ const (
 	OutcomePreempted
 	// OutcomeShutdown: the scheduler is draining (503 + Retry-After).
 	OutcomeShutdown
-	// OutcomeClientCancelled: the client went away while queued (counted
-	// only; there is nobody to answer).
+	// OutcomeClientCancelled: the shell released the request while it was
+	// queued (its client went away); Release reports it with its Wait, to
+	// be counted only: there is nobody to answer.
 	OutcomeClientCancelled
 	// NumOutcomes counts the outcomes (a sentinel, not an outcome).
 	NumOutcomes
