@@ -168,8 +168,9 @@
 // messages are dropped, and the reply is answered with CONTINUE to its end,
 // where the stream ends cleanly. The client sees Envoy's status. A request
 // that waits in the queue reads no message, so such a reply reaches it only
-// with its decision; Envoy's own message timer on that reply (or the
-// client's reset) ends the stream first, which releases the queue place. After the route, only a 2xx response is a worker's: any
+// with its decision; Envoy's message timer on that reply, the client's
+// reset or tollgate's answer at the queue timeout ends the stream first,
+// which releases the queue place. After the route, only a 2xx response is a worker's: any
 // other status is never a first token and feeds no usage comparison.
 // tollgate_envoy_local_replies_total counts the replies before the route.
 //
