@@ -160,6 +160,8 @@ func rejectionFor(a *sched.Action) (*rejection, bool) {
 		r = rejection{reason: reasonPinInvalid, message: a.Message}
 	case sched.OutcomeShutdown:
 		r.reason = reasonShutdown
+	case sched.OutcomeUnknown, sched.OutcomeAdmitted, sched.OutcomeClientCancelled:
+		return nil, false
 	default:
 		return nil, false
 	}
@@ -206,6 +208,8 @@ func (r *rejection) body() []byte {
 			e.Code = row.code
 		}
 		return e.JSON()
+	case shapeSMG:
+		fallthrough
 	default:
 		e := smgError{Type: http.StatusText(row.status), Code: row.code, Message: r.text()}
 		if r.reason == reasonNoEndpoints {

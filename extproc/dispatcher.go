@@ -13,9 +13,8 @@ import (
 // scheduler is what the dispatcher needs from the scheduling core.
 type scheduler interface {
 	Submit(now time.Time, r sched.Request) []sched.Action
-	Cancel(now time.Time, id uint64) []sched.Action
 	FirstToken(now time.Time, id uint64) []sched.Action
-	Done(now time.Time, id uint64) []sched.Action
+	Release(now time.Time, id uint64) []sched.Action
 	Tick(now time.Time) []sched.Action
 	SetWorkers(now time.Time, workers []sched.Worker) []sched.Action
 	ReportLoad(now time.Time, loads []sched.EngineLoad) []sched.Action
@@ -233,12 +232,12 @@ func (d *dispatcher) handle(ev event) {
 		}
 	case evCancel:
 		delete(d.tickets, ev.id)
-		d.deliver(d.sch.Cancel(now, ev.id))
+		d.deliver(d.sch.Release(now, ev.id))
 	case evFirstToken:
 		d.deliver(d.sch.FirstToken(now, ev.id))
 	case evDone:
 		delete(d.tickets, ev.id)
-		d.deliver(d.sch.Done(now, ev.id))
+		d.deliver(d.sch.Release(now, ev.id))
 	case evWorkers:
 		d.workers = ev.workers
 		d.deliver(d.sch.SetWorkers(now, ev.workers.sched))
@@ -311,12 +310,14 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 			delete(d.tickets, a.ID)
 		case sched.ActionPreempt:
 			tk.preempt()
+		case sched.ActionQueue:
+			// The ticket's queued mark is set after Submit returns.
 		}
 	}
 	for len(d.cancels) > 0 {
 		id := d.cancels[len(d.cancels)-1]
 		d.cancels = d.cancels[:len(d.cancels)-1]
-		d.deliver(d.sch.Cancel(d.now(), id))
+		d.deliver(d.sch.Release(d.now(), id))
 	}
 }
 

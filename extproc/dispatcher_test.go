@@ -49,8 +49,8 @@ func (f *fakeScheduler) Submit(_ time.Time, r sched.Request) []sched.Action {
 	return f.submit(r)
 }
 
-func (f *fakeScheduler) Cancel(_ time.Time, id uint64) []sched.Action {
-	f.record("cancel " + itoa(int(id)))
+func (f *fakeScheduler) Release(_ time.Time, id uint64) []sched.Action {
+	f.record("release " + itoa(int(id)))
 	if f.cancel == nil {
 		return nil
 	}
@@ -59,11 +59,6 @@ func (f *fakeScheduler) Cancel(_ time.Time, id uint64) []sched.Action {
 
 func (f *fakeScheduler) FirstToken(_ time.Time, id uint64) []sched.Action {
 	f.record("first " + itoa(int(id)))
-	return nil
-}
-
-func (f *fakeScheduler) Done(_ time.Time, id uint64) []sched.Action {
-	f.record("done " + itoa(int(id)))
 	return nil
 }
 
@@ -187,7 +182,7 @@ func TestDispatcher_DeliversDecisionsWithoutBlocking(t *testing.T) {
 	if r, err := d.call(context.Background(), event{kind: evStats}); err != nil || r.stats.Capacity != 7 {
 		t.Fatalf("stats %+v %v", r, err)
 	}
-	want := []string{"submit 1", "submit 2", "submit 3", "cancel 1", "first 2", "done 2"}
+	want := []string{"submit 1", "submit 2", "submit 3", "release 1", "first 2", "release 2"}
 	if diff := cmp.Diff(want, f.got()); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
@@ -205,7 +200,7 @@ func TestDispatcher_DispatchOutsideTheWorkerSetIsUndone(t *testing.T) {
 	if _, err := d.call(context.Background(), event{kind: evStats}); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"submit 4", "cancel 4"}, f.got()); diff != "" {
+	if diff := cmp.Diff([]string{"submit 4", "release 4"}, f.got()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
