@@ -209,6 +209,8 @@ func (r *rejection) body() []byte {
 		}
 		return e.JSON()
 	case shapeSMG:
+		fallthrough
+	default:
 		e := smgError{Type: http.StatusText(row.status), Code: row.code, Message: r.text()}
 		if r.reason == reasonNoEndpoints {
 			e.Model = &r.model

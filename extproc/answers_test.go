@@ -119,7 +119,7 @@ func TestRejectionFor_MapsEveryAnsweredOutcome(t *testing.T) {
 		sched.OutcomePinInvalid:   reasonPinInvalid,
 		sched.OutcomeShutdown:     reasonShutdown,
 	}
-	for o := sched.OutcomeUnknown; o <= sched.OutcomeClientCancelled; o++ {
+	for o := sched.OutcomeUnknown; o < sched.NumOutcomes; o++ {
 		r, ok := rejectionFor(&sched.Action{Outcome: o})
 		w, answered := want[o]
 		if ok != answered || (ok && r.reason != w) {

@@ -323,7 +323,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.pending, float64(q.Requests), l...)
 		gauge(c.pendingISL, float64(q.ISLTokens), l...)
 		gauge(c.pendingCached, float64(q.CachedTokens), l...)
-		for k := sched.LimitRequests; k <= sched.LimitCachedTokens; k++ {
+		for k := sched.LimitRequests; k < sched.NumLimitKinds; k++ {
 			counter(c.backpressure, float64(q.Backpressure[k]), append(l, k.Reason())...)
 		}
 		c.collectFlows(ch, &q)

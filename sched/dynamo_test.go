@@ -319,7 +319,7 @@ func TestDynamo_PinnedWorkers(t *testing.T) {
 				if got := a.Worker + "/" + simItoa(uint64(a.Rank)); got != tt.want {
 					t.Fatalf("dispatched to %s, want %s", got, tt.want)
 				}
-			default:
+			case ActionReject, ActionPreempt, ActionQueue:
 				if a.Outcome != OutcomePinInvalid || a.Message != tt.want || a.Queued {
 					t.Fatalf("%s %q, want pin_invalid %q", simRender(acts)[0], a.Message, tt.want)
 				}

@@ -66,6 +66,8 @@ func DefaultClassConfig(p Priority) ClassConfig {
 		return ClassConfig{ReservedFloor: 128, ReservedPerSlot: 0.25, QueueSize: 256, QueueTimeout: 30 * time.Second, StarvationThreshold: 5 * time.Second, CanPreempt: true}
 	case PriorityDefault:
 		return ClassConfig{ReservedPerSlot: 0.10, QueueSize: 512, QueueTimeout: 60 * time.Second, StarvationThreshold: 30 * time.Second}
+	case PriorityBulk:
+		fallthrough
 	default:
 		return ClassConfig{QueueSize: 1024, QueueTimeout: 300 * time.Second, StarvationThreshold: 120 * time.Second}
 	}

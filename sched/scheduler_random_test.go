@@ -337,6 +337,7 @@ func (d *simDriver) pick(want simStatus) (uint64, bool) {
 		case simEnded:
 			d.live[i] = d.live[len(d.live)-1]
 			d.live = d.live[:len(d.live)-1]
+		case simPending, simQueued, simInFlight: // another status: try again
 		}
 	}
 	return 0, false
@@ -547,6 +548,8 @@ func simInvariants(s *Scheduler) error {
 			l.prefill += e.prefill
 			l.blocks += s.blocksOf(e.isl)
 			l.requests++
+		case stateNone:
+			fallthrough
 		default:
 			return fmt.Errorf("entry %d in state %d", id, e.state)
 		}

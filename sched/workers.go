@@ -323,6 +323,8 @@ func (s *Scheduler) pinMessage(id string, rank uint32, f pinFault) string {
 		reason = fmt.Sprintf("worker %s does not satisfy routing constraints", id)
 	case pinOutsideSubset:
 		reason = fmt.Sprintf("worker %s is outside the request's endpoint subset", id)
+	case pinOK, pinUnavailable:
+		fallthrough
 	default:
 		reason = fmt.Sprintf("worker %s is unavailable", id)
 	}

@@ -38,6 +38,7 @@ func (k Kind) String() string {
 		return "BlockRemoved"
 	case KindCleared:
 		return "AllBlocksCleared"
+	case KindUnknown:
 	}
 	return "unknown"
 }
@@ -245,6 +246,7 @@ func (d *Decoder) event(ev *Event) error {
 			fields = removedFields
 		case KindCleared:
 			fields = clearedFields
+		case KindStored, KindUnknown: // storedFields; unknown returned above
 		}
 		for i := 1; i < n; i++ {
 			key := ""

@@ -84,6 +84,7 @@ func Encode(b *Batch, enc Encoding) []byte {
 			n = 7
 		case KindRemoved:
 			n = 2
+		case KindCleared, KindUnknown:
 		}
 		if enc.Shape == ShapeMap {
 			_ = e.EncodeMapLen(n + 1)
@@ -124,6 +125,7 @@ func Encode(b *Batch, enc Encoding) []byte {
 			hashes(ev.Hashes)
 			field("medium")
 			optStr(ev.Medium)
+		case KindCleared, KindUnknown:
 		}
 	}
 	field("data_parallel_rank")

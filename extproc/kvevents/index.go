@@ -111,6 +111,7 @@ func (ix *Index) Apply(now time.Time, s Stream, b *Batch, group *int64) Applied 
 			}
 			ix.exact.Clear(s.Worker, s.Rank)
 			a.Cleared++
+		case KindUnknown: // the decoder never yields it
 		}
 	}
 	return a

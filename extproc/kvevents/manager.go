@@ -459,7 +459,7 @@ func (m *Manager) replay(ctx context.Context, st *streamState, dec *Decoder, b *
 				m.setSynced(st, true) // replayed from the publisher's first batch
 			}
 			m.apply(st, dec, b, seq, nil, fr[1])
-		default:
+		case vGap, vRestart:
 			return false // the buffer no longer holds what is missing
 		}
 	}

@@ -229,6 +229,7 @@ func (r *Request) parseMaxTokens(kind Kind, b *body) *Error {
 			return err
 		}
 		r.MaxTokens, err = optCount(maxNew, "sampling_params.max_new_tokens")
+	case KindEmbeddings: // no output tokens
 	}
 	return err
 }

@@ -434,6 +434,8 @@ func benchBody(b *testing.B, kind Kind) []byte {
 			ids[i] = uint32(i * 31 % 128000)
 		}
 		body, _ = json.Marshal(map[string]any{"model": "llama", "prompt": ids})
+	case KindEmbeddings, KindResponses, KindGenerate:
+		b.Fatalf("no benchmark body for %v", kind)
 	}
 	return body
 }

@@ -418,7 +418,7 @@ func summarize(tc trafficClass, idx int, list []completion, phase2 time.Duration
 		case outcomePreempted:
 			pc.Preempted++
 			pc.Admitted++
-		default:
+		case outcomeQueueFull, outcomeQueueTimeout, outcomeOverloaded, outcomeOther:
 			for _, r := range rejectReasons {
 				if r.o == c.outcome {
 					pc.Rejected[r.name]++

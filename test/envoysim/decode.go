@@ -51,6 +51,7 @@ func (d *decoder) expects(cb callbackState) bool {
 		return !d.headersReplied
 	case cbTrailers:
 		return d.headersReplied && d.trailersSent && !d.trailersReplied
+	case cbIdle, cbBufferedBody, cbStreamedBody:
 	}
 	return false
 }
