@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -275,18 +274,17 @@ func badRequest(err error) *rejection {
 }
 
 // modelOf reads the model of a request body that is not under admission,
-// for routing; "" when there is none.
+// for routing; "" when there is none or the body is not a JSON object. It
+// makes the same single pass as admission's parse (openai.FindModel).
 func modelOf(body []byte) string {
 	if len(body) == 0 {
 		return ""
 	}
-	var v struct {
-		Model string `json:"model"`
-	}
-	if json.Unmarshal(body, &v) != nil {
+	m, err := openai.FindModel(body)
+	if err != nil {
 		return ""
 	}
-	return v.Model
+	return m.Name
 }
 
 // prefixCache guards the approximate prefix index, shared by all streams,

@@ -77,7 +77,7 @@ func BenchmarkRewriteModel(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := rewriteModel(body, table, func(uint64) uint64 { return 0 }); !ok {
+		if _, _, _, ok := rewriteModel(body, table, func(uint64) uint64 { return 0 }); !ok {
 			b.Fatal("not rewritten")
 		}
 	}
