@@ -25,8 +25,9 @@ const (
 	lbNamespace = "envoy.lb"
 	// headerUpstreamRank carries the chosen DP rank to a multi-rank worker.
 	// It is the header vLLM's OpenAI server reads to place a request on a
-	// data-parallel rank.
-	headerUpstreamRank = "x-data-parallel-rank"
+	// data-parallel rank, and so also one of the rank pin headers a client
+	// may send.
+	headerUpstreamRank = policy.HeaderDataParallelRankAlias
 )
 
 // headerInfo is what tollgate reads from the request headers. Values are

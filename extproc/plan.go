@@ -107,6 +107,9 @@ type identity struct {
 	priority sched.Priority
 	// flow is the fairness key (--fairness), empty when fairness is off.
 	flow string
+	// pin is what the pin headers say, read once here; build joins it
+	// with the body's hints.
+	pin policy.PinHeaders
 }
 
 // identify resolves the tenant (401 on a bad key) and, for an admission
@@ -149,7 +152,7 @@ func (p *planner) identify(h *headerInfo, clientIP string, admission bool) (iden
 		p.metrics.clamp.WithLabelValues(p.metrics.tenants.label(tenant), requested.String(), eff.String()).Inc()
 	}
 	id.priority = eff
-	if _, err := policy.ParsePin(h.lookup, "", nil); err != nil {
+	if id.pin, err = policy.ParsePinHeaders(h.lookup); err != nil {
 		return identity{}, pinRejection(err)
 	}
 	return id, nil
@@ -212,10 +215,6 @@ func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInf
 		}
 		r = *parsed
 	}
-	pin, err := policy.ParsePin(h.lookup, r.Hints.BackendInstanceID, r.Hints.DPRank)
-	if err != nil {
-		return nil, pinRejection(err)
-	}
 	strict, hasStrict, jump := policy.PriorityInputs(h.lookup, policy.AgentHints{
 		Priority: r.Hints.Priority, StrictPriority: r.Hints.StrictPriority, LatencySensitivity: r.Hints.LatencySensitivity,
 	})
@@ -253,7 +252,7 @@ func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInf
 		PriorityJump:      jump,
 		ISL:               uint64(pl.estimate),
 		Cached:            pl.cachedByWorker,
-		Pin:               pin,
+		Pin:               who.pin.Pin(r.Hints.BackendInstanceID, r.Hints.DPRank),
 		RequiredTaints:    r.Hints.RequiredTaints,
 		FairnessKey:       who.flow,
 	}
