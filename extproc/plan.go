@@ -42,8 +42,10 @@ func (t *Tenancy) validate() error {
 // hashing and the prefix lookup all happen here, never in the dispatcher.
 // It is safe for concurrent use.
 type planner struct {
-	cfg        *Config
-	tenants    *policy.Tenants
+	cfg     *Config
+	tenants *policy.Tenants
+	// keep is the set of request headers parseHeaders keeps.
+	keep       headerSet
 	file       *policy.PriorityFile
 	defaultMax sched.Priority
 	tok        Tokenizer
@@ -83,6 +85,7 @@ func newPlanner(cfg *Config, tok Tokenizer, m *metrics) (*planner, error) {
 		}
 		p.tenants = t
 	}
+	p.keep = readHeaders(p.tenants.HeaderName())
 	dm, err := policy.ParseDefaultMaxClass(cfg.Tenancy.DefaultMaxClass)
 	if err != nil {
 		return nil, err
@@ -118,7 +121,7 @@ type identity struct {
 // header is a 400 here already.
 func (p *planner) identify(h *headerInfo, clientIP string, admission bool) (identity, *rejection) {
 	tenantHeader, _ := h.lookup(p.tenants.HeaderName())
-	auth, _ := h.lookup("authorization")
+	auth, _ := h.lookup(policy.HeaderAuthorization)
 	tenant, err := p.tenants.Resolve(auth, tenantHeader, clientIP)
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), policy.ErrUnauthorized.Error()+": ")

@@ -36,7 +36,7 @@ func BenchmarkPlan(b *testing.B) {
 	body := []byte(chatBody)
 	b.ReportAllocs()
 	for b.Loop() {
-		h, rej := parseHeaders(hm, p.tenants.HeaderName(), cfg.MaxHeaderBytes, cfg.MaxHeaderCount)
+		h, rej := parseHeaders(hm, p.keep, cfg.MaxHeaderBytes, cfg.MaxHeaderCount)
 		if rej != nil {
 			b.Fatal(rej)
 		}
