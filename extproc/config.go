@@ -42,8 +42,6 @@ const (
 	// DefaultPrefixBytesPerToken is the bytes-per-token estimate that sizes
 	// byte blocks when the tokenizer only estimates counts.
 	DefaultPrefixBytesPerToken = 4
-	// DefaultTenantHeaderName is SMG's --tenant-header-name default.
-	DefaultTenantHeaderName = "x-smg-tenant-id"
 	// DefaultTenantMetricTopN bounds the distinct tenant label values
 	// (--priority-scheduler-tenant-metric-top-n).
 	DefaultTenantMetricTopN = 32

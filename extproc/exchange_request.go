@@ -58,7 +58,7 @@ func (x *exchange) duplex() bool {
 //     then answer the headers with the route.
 func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) step {
 	x.start = now
-	hdr, rej := parseHeaders(h.GetHeaders(), x.p.tenants.HeaderName(), x.cfg.MaxHeaderBytes, x.cfg.MaxHeaderCount)
+	hdr, rej := parseHeaders(h.GetHeaders(), x.p.keep, x.cfg.MaxHeaderBytes, x.cfg.MaxHeaderCount)
 	if rej != nil {
 		return x.reject(now, rej)
 	}

@@ -25,15 +25,16 @@ const (
 	lbNamespace = "envoy.lb"
 	// headerUpstreamRank carries the chosen DP rank to a multi-rank worker.
 	// It is the header vLLM's OpenAI server reads to place a request on a
-	// data-parallel rank.
-	headerUpstreamRank = "x-data-parallel-rank"
+	// data-parallel rank, and so also one of the rank pin headers a client
+	// may send.
+	headerUpstreamRank = policy.HeaderDataParallelRankAlias
 )
 
 // headerInfo is what tollgate reads from the request headers. Values are
 // the first value of each header, as upstream reads them.
 type headerInfo struct {
 	method, path string
-	// values holds the first value of each header policy inputs read.
+	// values holds the first value of each kept header (readHeaders).
 	values map[string]string
 	// forwardedFor joins every x-forwarded-for value with ", ".
 	forwardedFor string
@@ -47,19 +48,41 @@ func (h *headerInfo) lookup(name string) (string, bool) {
 	return v, ok
 }
 
-// watchedHeader reports whether name is one the policy inputs read.
-func watchedHeader(name, tenantHeader string) bool {
-	switch name {
-	case "authorization",
-		policy.HeaderPolicyClass, policy.HeaderStrictPriority, policy.HeaderRequestPriority,
-		policy.HeaderWorkerInstanceID, policy.HeaderWorkerInstanceIDAlias,
-		policy.HeaderDPRank, policy.HeaderDPRankAlias, policy.HeaderDataParallelRankAlias,
-		policy.HeaderSMGPriority,
-		policy.HeaderFairnessID, policy.HeaderFairnessIDLegacy, policy.HeaderObjective, policy.HeaderObjectiveLegacy,
-		headerTestEndpointSelection:
-		return true
+// headerSet is a small set of lower-case header names, found by length and
+// then compared: cheaper than hashing every header of every request.
+type headerSet struct {
+	byLen [][]string
+}
+
+func newHeaderSet(names ...string) headerSet {
+	var s headerSet
+	for _, n := range names {
+		if len(n) >= len(s.byLen) {
+			s.byLen = append(s.byLen, make([][]string, len(n)+1-len(s.byLen))...)
+		}
+		s.byLen[len(n)] = append(s.byLen[len(n)], n)
 	}
-	return name == tenantHeader
+	return s
+}
+
+func (s headerSet) has(name string) bool {
+	if len(name) >= len(s.byLen) {
+		return false
+	}
+	for _, n := range s.byLen[len(name)] {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// readHeaders is the set of headers whose values parseHeaders keeps: every
+// header the policy inputs read (policy.RequestHeaders, with the
+// configured tenant header) and the test endpoint selection header. The
+// pseudo-headers and x-forwarded-for are read apart.
+func readHeaders(tenantHeader string) headerSet {
+	return newHeaderSet(append(policy.RequestHeaders(tenantHeader), headerTestEndpointSelection)...)
 }
 
 // headerValue returns a header's value: raw_value, which Envoy sends, or
@@ -83,8 +106,9 @@ func headerValueLen(h *corev3.HeaderValue) int {
 // number of entries (maxCount, so that empty entries count too), the
 // total size of names and values (maxBytes), and Dynamo's limits of 64
 // x-dynamo-meta-* entries and 64 KiB of metadata. Names are compared in lower
-// case whatever the sender did.
-func parseHeaders(hm *corev3.HeaderMap, tenantHeader string, maxBytes, maxCount int) (*headerInfo, *rejection) {
+// case whatever the sender did. Of the other headers it keeps the values of
+// those in keep (readHeaders).
+func parseHeaders(hm *corev3.HeaderMap, keep headerSet, maxBytes, maxCount int) (*headerInfo, *rejection) {
 	if n := len(hm.GetHeaders()); n > maxCount {
 		return nil, &rejection{reason: reasonHeadersTooLarge,
 			message: fmt.Sprintf("request has %d header entries, more than the limit of %d", n, maxCount)}
@@ -131,7 +155,7 @@ func parseHeaders(hm *corev3.HeaderMap, tenantHeader string, maxBytes, maxCount 
 					message: fmt.Sprintf("%s* headers exceed %d bytes", metaPrefix, maxMetaBytes)}
 			}
 		}
-		if watchedHeader(key, tenantHeader) {
+		if keep.has(key) {
 			if _, seen := h.values[key]; !seen {
 				h.values[key] = headerValue(hv) // only the headers tollgate reads are converted
 			}

@@ -2,11 +2,14 @@ package extproc
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/tollgate/tollgate/sched/policy"
 )
 
 func headerMapOf(kv ...string) *corev3.HeaderMap {
@@ -24,7 +27,7 @@ func TestParseHeaders_FirstValueWinsAndNamesFold(t *testing.T) {
 		"x-forwarded-for", "198.51.100.1", "x-forwarded-for", "203.0.113.9",
 		"x-team", "red", "content-type", "application/json")
 	hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: "authorization", Value: "Bearer k"}) // value, not raw_value
-	h, rej := parseHeaders(hm, "x-team", 1<<16, DefaultMaxHeaderCount)
+	h, rej := parseHeaders(hm, readHeaders("x-team"), 1<<16, DefaultMaxHeaderCount)
 	if rej != nil {
 		t.Fatal(rej)
 	}
@@ -37,25 +40,73 @@ func TestParseHeaders_FirstValueWinsAndNamesFold(t *testing.T) {
 	}
 }
 
+// TestParseHeaders_KeepsWhatPolicyReads walks the policy's list of the
+// headers it reads through parseHeaders as the planner sets it up: each
+// one, sent in any case, reaches the policy's Lookup, so a header the
+// policy starts reading cannot be dropped here unnoticed. Headers on no
+// list are not kept.
+func TestParseHeaders_KeepsWhatPolicyReads(t *testing.T) {
+	cfg := testConfig(func(c *Config) {
+		tenants, err := policy.NewTenants(policy.TenantOptions{TrustHeader: true, HeaderName: "X-Team"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Tenancy = &Tenancy{Tenants: tenants}
+	})
+	p, err := newPlanner(&cfg, nil, newMetrics(cfg.TenantMetricTopN, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := policy.RequestHeaders(p.tenants.HeaderName())
+	if !slices.Contains(names, "x-team") {
+		t.Fatalf("the configured tenant header is not on the policy's list %v", names)
+	}
+	var kv []string
+	for i, name := range append(names, headerTestEndpointSelection) {
+		if i%2 == 1 {
+			name = strings.ToUpper(name)
+		}
+		kv = append(kv, name, "v"+itoa(i))
+	}
+	kv = append(kv, "x-unread", "u", "content-type", "application/json", policy.DefaultTenantHeader, "not the configured one")
+	h, rej := parseHeaders(headerMapOf(kv...), p.keep, 1<<16, DefaultMaxHeaderCount)
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	for i, name := range append(names, headerTestEndpointSelection) {
+		if v, ok := h.lookup(name); !ok || v != "v"+itoa(i) {
+			t.Errorf("the policy reads %s, parseHeaders kept %q, %v", name, v, ok)
+		}
+	}
+	for _, name := range []string{"x-unread", "content-type", policy.DefaultTenantHeader} {
+		if v, ok := h.lookup(name); ok {
+			t.Errorf("kept %s = %q, which nothing reads", name, v)
+		}
+	}
+	if len(h.values) != len(names)+1 {
+		t.Errorf("kept %d headers, want %d: %v", len(h.values), len(names)+1, h.values)
+	}
+}
+
 func TestParseHeaders_Limits(t *testing.T) {
-	if _, rej := parseHeaders(headerMapOf("a", strings.Repeat("x", 100)), "", 100, DefaultMaxHeaderCount); rej == nil || rej.reason != reasonHeadersTooLarge {
+	if _, rej := parseHeaders(headerMapOf("a", strings.Repeat("x", 100)), headerSet{}, 100, DefaultMaxHeaderCount); rej == nil || rej.reason != reasonHeadersTooLarge {
 		t.Errorf("101 bytes over a 100-byte limit: %v", rej)
 	}
-	if _, rej := parseHeaders(headerMapOf("a", strings.Repeat("x", 99)), "", 100, DefaultMaxHeaderCount); rej != nil {
+	if _, rej := parseHeaders(headerMapOf("a", strings.Repeat("x", 99)), headerSet{}, 100, DefaultMaxHeaderCount); rej != nil {
 		t.Errorf("exactly 100 bytes: %v", rej)
 	}
 	var kv []string
 	for i := range 64 {
 		kv = append(kv, "x-dynamo-meta-k"+itoa(i), "v")
 	}
-	if _, rej := parseHeaders(headerMapOf(kv...), "", 1<<20, 1000); rej != nil {
+	if _, rej := parseHeaders(headerMapOf(kv...), headerSet{}, 1<<20, 1000); rej != nil {
 		t.Errorf("64 metadata entries: %v", rej)
 	}
-	if _, rej := parseHeaders(headerMapOf(append(kv, "x-dynamo-meta-extra", "v")...), "", 1<<20, 1000); rej == nil {
+	if _, rej := parseHeaders(headerMapOf(append(kv, "x-dynamo-meta-extra", "v")...), headerSet{}, 1<<20, 1000); rej == nil {
 		t.Error("65 metadata entries accepted")
 	}
 	big := strings.Repeat("v", 64<<10)
-	if _, rej := parseHeaders(headerMapOf("x-dynamo-meta-a", big), "", 1<<20, DefaultMaxHeaderCount); rej == nil || !strings.Contains(rej.text(), "65536 bytes") {
+	if _, rej := parseHeaders(headerMapOf("x-dynamo-meta-a", big), headerSet{}, 1<<20, DefaultMaxHeaderCount); rej == nil || !strings.Contains(rej.text(), "65536 bytes") {
 		t.Errorf("metadata over 64 KiB: %v", rej)
 	}
 }
@@ -92,7 +143,8 @@ func FuzzParseHeaders(f *testing.F) {
 			hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: string(parts[i]), RawValue: parts[i+1]})
 		}
 		limit = max(limit, 0)
-		h, rej := parseHeaders(hm, "x-smg-tenant-id", limit, 1<<20)
+		keep := readHeaders(policy.DefaultTenantHeader)
+		h, rej := parseHeaders(hm, keep, limit, 1<<20)
 		if rej != nil {
 			if rej.reason != reasonHeadersTooLarge || rej.text() == "" {
 				t.Fatalf("rejection %v", rej)
@@ -104,7 +156,7 @@ func FuzzParseHeaders(f *testing.F) {
 			t.Fatalf("accepted %d bytes over a limit of %d", h.bytes, limit)
 		}
 		for k := range h.values {
-			if k != strings.ToLower(k) || !watchedHeader(k, "x-smg-tenant-id") {
+			if k != strings.ToLower(k) || !keep.has(k) {
 				t.Fatalf("kept header %q", k)
 			}
 		}

@@ -19,7 +19,7 @@ func TestServer_SetModelRewrites(t *testing.T) {
 	}
 	first := func(uint64) uint64 { return 0 }
 	rewritten := func(model string) string {
-		out, ok := rewriteModel([]byte(`{"model":"`+model+`"}`), srv.planner.rewrites.Load(), first)
+		out, _, _, ok := rewriteModel([]byte(`{"model":"`+model+`"}`), srv.planner.rewrites.Load(), first)
 		if !ok {
 			return model
 		}

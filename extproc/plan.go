@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -43,8 +42,10 @@ func (t *Tenancy) validate() error {
 // hashing and the prefix lookup all happen here, never in the dispatcher.
 // It is safe for concurrent use.
 type planner struct {
-	cfg        *Config
-	tenants    *policy.Tenants
+	cfg     *Config
+	tenants *policy.Tenants
+	// keep is the set of request headers parseHeaders keeps.
+	keep       headerSet
 	file       *policy.PriorityFile
 	defaultMax sched.Priority
 	tok        Tokenizer
@@ -84,6 +85,7 @@ func newPlanner(cfg *Config, tok Tokenizer, m *metrics) (*planner, error) {
 		}
 		p.tenants = t
 	}
+	p.keep = readHeaders(p.tenants.HeaderName())
 	dm, err := policy.ParseDefaultMaxClass(cfg.Tenancy.DefaultMaxClass)
 	if err != nil {
 		return nil, err
@@ -108,6 +110,9 @@ type identity struct {
 	priority sched.Priority
 	// flow is the fairness key (--fairness), empty when fairness is off.
 	flow string
+	// pin is what the pin headers say, read once here; build joins it
+	// with the body's hints.
+	pin policy.PinHeaders
 }
 
 // identify resolves the tenant (401 on a bad key) and, for an admission
@@ -116,7 +121,7 @@ type identity struct {
 // header is a 400 here already.
 func (p *planner) identify(h *headerInfo, clientIP string, admission bool) (identity, *rejection) {
 	tenantHeader, _ := h.lookup(p.tenants.HeaderName())
-	auth, _ := h.lookup("authorization")
+	auth, _ := h.lookup(policy.HeaderAuthorization)
 	tenant, err := p.tenants.Resolve(auth, tenantHeader, clientIP)
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), policy.ErrUnauthorized.Error()+": ")
@@ -150,7 +155,7 @@ func (p *planner) identify(h *headerInfo, clientIP string, admission bool) (iden
 		p.metrics.clamp.WithLabelValues(p.metrics.tenants.label(tenant), requested.String(), eff.String()).Inc()
 	}
 	id.priority = eff
-	if _, err := policy.ParsePin(h.lookup, "", nil); err != nil {
+	if id.pin, err = policy.ParsePinHeaders(h.lookup); err != nil {
 		return identity{}, pinRejection(err)
 	}
 	return id, nil
@@ -203,10 +208,6 @@ func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInf
 		}
 		r = *parsed
 	}
-	pin, err := policy.ParsePin(h.lookup, r.Hints.BackendInstanceID, r.Hints.DPRank)
-	if err != nil {
-		return nil, pinRejection(err)
-	}
 	strict, hasStrict, jump := policy.PriorityInputs(h.lookup, policy.AgentHints{
 		Priority: r.Hints.Priority, StrictPriority: r.Hints.StrictPriority, LatencySensitivity: r.Hints.LatencySensitivity,
 	})
@@ -244,7 +245,7 @@ func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInf
 		PriorityJump:      jump,
 		ISL:               uint64(pl.estimate),
 		Cached:            pl.cachedByWorker,
-		Pin:               pin,
+		Pin:               who.pin.Pin(r.Hints.BackendInstanceID, r.Hints.DPRank),
 		RequiredTaints:    r.Hints.RequiredTaints,
 		FairnessKey:       who.flow,
 	}
@@ -265,18 +266,17 @@ func badRequest(err error) *rejection {
 }
 
 // modelOf reads the model of a request body that is not under admission,
-// for routing; "" when there is none.
+// for routing; "" when there is none or the body is not a JSON object. It
+// makes the same single pass as admission's parse (openai.FindModel).
 func modelOf(body []byte) string {
 	if len(body) == 0 {
 		return ""
 	}
-	var v struct {
-		Model string `json:"model"`
-	}
-	if json.Unmarshal(body, &v) != nil {
+	m, err := openai.FindModel(body)
+	if err != nil {
 		return ""
 	}
-	return v.Model
+	return m.Name
 }
 
 // prefixCache guards the approximate prefix index, shared by all streams,

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	protov2 "google.golang.org/protobuf/proto"
+
+	"github.com/tollgate/tollgate/sched/policy"
 )
 
 // headersMessage is a request headers message of n entries, each with a
@@ -104,7 +106,7 @@ func FuzzHeaderMapLimits(f *testing.F) {
 		if len(hm.GetHeaders()) != entries {
 			t.Fatalf("decoded %d entries, built %d", len(hm.GetHeaders()), entries)
 		}
-		h, rej := parseHeaders(hm, "x-smg-tenant-id", limit, count)
+		h, rej := parseHeaders(hm, readHeaders(policy.DefaultTenantHeader), limit, count)
 		if rej != nil {
 			if rej.reason != reasonHeadersTooLarge {
 				t.Fatalf("rejection %v", rej)

@@ -114,40 +114,34 @@ func pickTarget(ts []RewriteTarget, draw func(uint64) uint64) string {
 }
 
 // rewriteModel returns body with its top-level "model" replaced by one of
-// the table's targets for it (chosen by weight with draw), and whether
-// it changed. Other fields are kept as they were sent (their order may
-// change). A body that is not a JSON object, or names a model outside the
-// table, is left alone.
-func rewriteModel(body []byte, table *rewriteTable, draw func(uint64) uint64) ([]byte, bool) {
+// the table's targets for it (chosen by weight with draw), the model it
+// replaced and the one it wrote, and whether it changed. The new value is
+// spliced in place of the old: every other byte is kept as it was sent. A
+// body that is not a JSON object, or names a model outside the table, is
+// left alone.
+func rewriteModel(body []byte, table *rewriteTable, draw func(uint64) uint64) (out []byte, from, to string, ok bool) {
 	if table.empty() || len(body) == 0 {
-		return nil, false
+		return nil, "", "", false
 	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(body, &fields) != nil {
-		return nil, false
+	m, err := openai.FindModel(body)
+	if err != nil || m.End == 0 {
+		return nil, "", "", false
 	}
-	var model string
-	if json.Unmarshal(fields["model"], &model) != nil {
-		return nil, false
-	}
-	ts := table.targets(model)
+	ts := table.targets(m.Name)
 	if len(ts) == 0 {
-		return nil, false
+		return nil, "", "", false
 	}
-	to := pickTarget(ts, draw)
-	if to == model {
-		return nil, false
+	to = pickTarget(ts, draw)
+	if to == m.Name {
+		return nil, "", "", false
 	}
 	v, err := json.Marshal(to)
 	if err != nil {
-		return nil, false
+		return nil, "", "", false
 	}
-	fields["model"] = v
-	out, err := json.Marshal(fields)
-	if err != nil {
-		return nil, false
-	}
-	return out, true
+	out = make([]byte, 0, len(body)-(m.End-m.Start)+len(v))
+	out = append(append(append(out, body[:m.Start]...), v...), body[m.End:]...)
+	return out, m.Name, to, true
 }
 
 // rewrite applies the model rewrite table in force (--model-rewrite and
@@ -160,9 +154,9 @@ func (x *exchange) rewrite() {
 	if x.headersOnly {
 		return
 	}
-	if out, ok := rewriteModel(x.body, x.p.rewrites.Load(), rand.Uint64N); ok {
-		x.rewrittenFrom, x.rewrittenTo = modelOf(x.body), modelOf(out)
-		x.log.Debug("model rewritten", "request", x.id, "from", x.rewrittenFrom, "to", x.rewrittenTo)
+	if out, from, to, ok := rewriteModel(x.body, x.p.rewrites.Load(), rand.Uint64N); ok {
+		x.rewrittenFrom, x.rewrittenTo = from, to
+		x.log.Debug("model rewritten", "request", x.id, "from", from, "to", to)
 		x.body, x.newBody = out, out
 	}
 }

@@ -15,7 +15,10 @@ func TestRewriteModel(t *testing.T) {
 		changed        bool
 	}{
 		{"rewritten, other fields kept", `{"model":"alias","n":1.50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
-			`{"messages":[{"role":"user","content":"hi"}],"model":"llama-3-8b","n":1.50,"stream":true}`, true},
+			`{"model":"llama-3-8b","n":1.50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`, true},
+		{"spacing and order kept", "{ \"stream\" : true,\n  \"model\" : \"alias\" }", "{ \"stream\" : true,\n  \"model\" : \"llama-3-8b\" }", true},
+		{"the last of repeated models", `{"model":"x","model":"alias"}`, `{"model":"x","model":"llama-3-8b"}`, true},
+		{"trailing garbage", `{"model":"alias"} x`, "", false},
 		{"outside the table", `{"model":"other"}`, "", false},
 		{"rewritten to itself", `{"model":"same"}`, "", false},
 		{"no model", `{"prompt":"x"}`, "", false},
@@ -24,9 +27,12 @@ func TestRewriteModel(t *testing.T) {
 		{"truncated", `{"model":"alias","prompt":"x`, "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			out, ok := rewriteModel([]byte(c.in), &rewriteTable{exact: table}, func(uint64) uint64 { return 0 })
+			out, from, to, ok := rewriteModel([]byte(c.in), &rewriteTable{exact: table}, func(uint64) uint64 { return 0 })
 			if ok != c.changed || string(out) != c.want {
 				t.Fatalf("rewriteModel = %s %v, want %s %v", out, ok, c.want, c.changed)
+			}
+			if ok && (from != "alias" || to != "llama-3-8b") {
+				t.Errorf("rewrote %q to %q, want alias to llama-3-8b", from, to)
 			}
 		})
 	}
@@ -103,5 +109,23 @@ func TestRestoreModel(t *testing.T) {
 	x.respMode = modeNone
 	if got := string(x.restoreModel([]byte(in))); got != in {
 		t.Fatalf("NONE response changed: %s", got)
+	}
+}
+
+// modelOf reads the model as admission's parse does: the exact key, the
+// last when repeated, nothing from a body that is not a JSON object.
+func TestModelOf(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"model":"llama","messages":[]}`: "llama",
+		`{"model":"a","model":"b"}`:       "b",
+		`{"MODEL":"llama"}`:               "",
+		`{"model":7}`:                     "",
+		`{"model":"llama"} trailing`:      "",
+		`{"model":"llama"`:                "",
+		``:                                "",
+	} {
+		if got := modelOf([]byte(body)); got != want {
+			t.Errorf("modelOf(%s) = %q, want %q", body, got, want)
+		}
 	}
 }

@@ -151,8 +151,8 @@ func (d *discoveryOptions) defaults() (kube.Defaults, error) {
 	if d.defaultMaxRunning > math.MaxUint32 {
 		errs = append(errs, fmt.Errorf("--k8s-default-max-running-requests %d exceeds %d", d.defaultMaxRunning, uint64(math.MaxUint32)))
 	}
-	if d.defaultDPSize > kube.MaxDPSize {
-		errs = append(errs, fmt.Errorf("--k8s-default-dp-size %d exceeds %d", d.defaultDPSize, kube.MaxDPSize))
+	if d.defaultDPSize > kube.MaxPodDPSize {
+		errs = append(errs, fmt.Errorf("--k8s-default-dp-size %d exceeds %d", d.defaultDPSize, kube.MaxPodDPSize))
 	}
 	if strings.TrimSpace(d.model) != d.model {
 		errs = append(errs, fmt.Errorf("--k8s-model %q has surrounding whitespace", d.model))

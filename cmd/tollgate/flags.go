@@ -131,7 +131,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.tenantAPIKeysFile, "tenant-api-keys-file", "", "file of tenant API keys, one ID:KEY per line")
 	fs.StringVar(&o.apiKey, "api-key", "", "shared API key; its tenant is auth:<sha256 hex>")
 	fs.BoolVar(&o.trustTenantHeader, "trust-tenant-header", false, "take the tenant from the tenant header when no key matched")
-	fs.StringVar(&o.tenantHeaderName, "tenant-header-name", extproc.DefaultTenantHeaderName, "tenant header name")
+	fs.StringVar(&o.tenantHeaderName, "tenant-header-name", policy.DefaultTenantHeader, "tenant header name")
 	fs.StringVar(&o.clientIPSource, "client-ip-source", "source-address", "client address for ip: tenants: source-address (request attribute) or x-forwarded-for")
 	fs.IntVar(&o.forwardedForHops, "forwarded-for-trusted-hops", 0, "x-forwarded-for entries, from the right, added by trusted proxies")
 

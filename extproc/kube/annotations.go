@@ -28,7 +28,7 @@ const (
 	// AnnotationMaxNumBatchedTokens is Dynamo's max_num_batched_tokens, a
 	// positive integer.
 	AnnotationMaxNumBatchedTokens = "tollgate.io/max-num-batched-tokens"
-	// AnnotationDPSize is the number of data-parallel ranks, 1 to MaxDPSize.
+	// AnnotationDPSize is the number of data-parallel ranks, 1 to MaxPodDPSize.
 	AnnotationDPSize = "tollgate.io/dp-size"
 	// AnnotationDPStartRank is the first data-parallel rank, a non-negative
 	// integer (0 unless one DP group spans several pods).
@@ -54,9 +54,12 @@ const (
 	annotationPrefix = "tollgate.io/"
 )
 
-// MaxDPSize bounds AnnotationDPSize. The scheduler keeps state per rank, so
-// a pod must not be able to make it allocate without bound.
-const MaxDPSize = 1024
+// MaxPodDPSize bounds the data-parallel ranks of one discovered pod
+// (AnnotationDPSize and the default dp size). The scheduler keeps state per
+// rank, so a pod must not be able to make it allocate without bound; this
+// bound is tighter than sched.MaxDPSize, which holds for every worker,
+// because anyone who can annotate a pod sets it.
+const MaxPodDPSize = 1024
 
 // maxWorkerIDLen bounds AnnotationWorkerID: a DNS subdomain's length, ample
 // for a name and short enough for a header.
@@ -86,8 +89,8 @@ type Defaults struct {
 // Validate reports every bad field, joined.
 func (d Defaults) Validate() error {
 	var errs []error
-	if d.DPSize > MaxDPSize {
-		errs = append(errs, fmt.Errorf("kube: default dp size %d exceeds %d", d.DPSize, MaxDPSize))
+	if d.DPSize > MaxPodDPSize {
+		errs = append(errs, fmt.Errorf("kube: default dp size %d exceeds %d", d.DPSize, MaxPodDPSize))
 	}
 	if strings.TrimSpace(d.Model) != d.Model {
 		errs = append(errs, fmt.Errorf("kube: default model %q has surrounding whitespace", d.Model))
@@ -134,7 +137,7 @@ func podWorker(pod *corev1.Pod, d Defaults) (extproc.Worker, error) {
 		w.MaxNumBatchedTokens = n
 	}
 	if v, ok := ann[AnnotationDPSize]; ok {
-		n, err := parseCount(v, 1, MaxDPSize)
+		n, err := parseCount(v, 1, MaxPodDPSize)
 		if err != nil {
 			bad(AnnotationDPSize, "%v", err)
 		}

@@ -7,7 +7,11 @@
 // Parse never panics on any input. Every rejection is an *Error with status
 // 400 whose message names the offending field (for example
 // 'messages[2].content' must be a string or an array of content parts), and
-// (*Error).JSON renders the OpenAI error body.
+// (*Error).JSON renders the OpenAI error body. One pass over the body checks
+// its JSON syntax, as strictly as encoding/json, and splits it into members;
+// a syntax error names the byte offset and what was expected there.
+// FindModel reads the model in that same pass, for requests that are
+// routed without admission and for model rewrites.
 //
 // Chat messages, Responses input items and tool definitions are rendered
 // into one string with a fixed template (see Request.Text), so that two
@@ -20,6 +24,6 @@
 // not, and extracts the usage object with memory bounded by MaxUsageBytes,
 // whatever the body's size or how it is split.
 //
-// Parse and RouteKind are safe for concurrent use. A UsageScanner belongs to
+// Parse, FindModel and RouteKind are safe for concurrent use. A UsageScanner belongs to
 // one response and is not safe for concurrent use.
 package openai

@@ -7,11 +7,11 @@ import (
 	"unicode/utf8"
 )
 
-// The helpers in this file read single JSON values inside a body that
-// encoding/json has already validated (json.Valid), so each byte of the body
-// is scanned a small, fixed number of times and nothing is decoded twice.
-// They still bounds-check every access: malformed input yields an error,
-// never a panic.
+// The helpers in this file read single JSON values inside a body whose
+// syntax topFields (syntax.go) has already checked, in the same pass that
+// split it into members, so each byte of the body is scanned a small, fixed
+// number of times and nothing is decoded twice. They still bounds-check
+// every access: malformed input yields an error, never a panic.
 
 // JSON value kinds, by first byte.
 const (

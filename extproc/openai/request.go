@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -125,19 +124,8 @@ func Parse(kind Kind, data []byte) (*Request, error) {
 }
 
 func parse(kind Kind, data []byte) (*Request, *Error) {
-	if len(trimSpace(data)) == 0 {
-		return nil, badRequest(CodeInvalidJSON, "", "the request body is empty; it must be a JSON object")
-	}
-	if !json.Valid(data) {
-		var v any
-		err := json.Unmarshal(data, &v)
-		return nil, badRequest(CodeInvalidJSON, "", "the request body is not valid JSON: %v", err)
-	}
-	if valueKind(data) != kindObject {
-		return nil, badRequest(CodeInvalidJSON, "", "the request body must be a JSON object")
-	}
 	var b body
-	if err := forFields(data, "", "an object", func(key, val []byte) *Error {
+	if err := topFields(data, func(key, val []byte, _ int) *Error {
 		if p := b.field(key); p != nil {
 			*p = val
 		}

@@ -21,7 +21,7 @@
 // It also reads the per-request inputs: the x-smg-priority header
 // (ParsePriorityHeader), the tenant key (Tenants.Resolve) and the tenant
 // clamp (Clamp), the Dynamo priority headers and body hints
-// (PriorityInputs), the worker pin headers (ParsePin) and the requested
+// (PriorityInputs), the worker pin headers (ParsePinHeaders, PinHeaders.Pin) and the requested
 // policy class (PolicyClass). These are pure functions of header values;
 // the shell reads the headers.
 //

@@ -120,43 +120,63 @@ func (e *PinError) Error() string {
 	return fmt.Sprintf("invalid %s header %q: %s", e.Header, e.Value, e.Reason)
 }
 
-// ParsePin resolves the exact worker (and DP rank) a request must run on.
-// Headers take precedence over the body's nvext.backend_instance_id
-// (bodyWorker, "" when absent) and nvext.dp_rank (bodyRank, nil when
-// absent), field by field. The worker header is x-dynamo-worker-instance-id,
-// else its alias x-worker-instance-id; the rank header is x-dynamo-dp-rank,
-// else x-dp-rank, else x-data-parallel-rank. The first present header of
-// each group is the one read; its value is trimmed.
-//
-// It returns nil when no worker is named; a rank alone pins nothing, as
-// upstream. A worker header that is empty, has spaces or is not visible
-// ASCII, and a rank header that is not an unsigned 32-bit integer, are a
-// *PinError even when no pin results.
-func ParsePin(lookup Lookup, bodyWorker string, bodyRank *uint32) (*sched.Pin, error) {
-	worker := bodyWorker
+// PinHeaders are a request's worker pin headers, read and checked once
+// (ParsePinHeaders); Pin joins them with the body's hints.
+type PinHeaders struct {
+	// Worker is the trimmed worker header; "" when none was sent.
+	Worker string
+	// Rank is the rank header, when HasRank.
+	Rank    uint32
+	HasRank bool
+}
+
+// ParsePinHeaders reads the pin headers. The worker header is
+// x-dynamo-worker-instance-id, else its alias x-worker-instance-id; the
+// rank header is x-dynamo-dp-rank, else x-dp-rank, else
+// x-data-parallel-rank. The first present header of each group is the one
+// read; its value is trimmed. A worker header that is empty, has spaces or
+// is not visible ASCII, and a rank header that is not an unsigned 32-bit
+// integer, are a *PinError, even when no pin results.
+func ParsePinHeaders(lookup Lookup) (PinHeaders, error) {
+	var h PinHeaders
 	if name, v, ok := first(lookup, HeaderWorkerInstanceID, HeaderWorkerInstanceIDAlias); ok {
 		t := strings.TrimSpace(v)
 		if t == "" || !visibleASCII(t) || strings.ContainsAny(t, " \t") {
-			return nil, &PinError{Header: name, Value: v, Reason: "must be a worker id (visible ASCII, no spaces)"}
+			return PinHeaders{}, &PinError{Header: name, Value: v, Reason: "must be a worker id (visible ASCII, no spaces)"}
 		}
-		worker = t
-	}
-	var pin sched.Pin
-	if bodyRank != nil {
-		pin.Rank, pin.HasRank = *bodyRank, true
+		h.Worker = t
 	}
 	if name, v, ok := first(lookup, HeaderDPRank, HeaderDPRankAlias, HeaderDataParallelRankAlias); ok {
 		r, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(v), "+"), 10, 32)
 		if err != nil {
-			return nil, &PinError{Header: name, Value: v, Reason: "must be an unsigned 32-bit integer"}
+			return PinHeaders{}, &PinError{Header: name, Value: v, Reason: "must be an unsigned 32-bit integer"}
 		}
-		pin.Rank, pin.HasRank = uint32(r), true
+		h.Rank, h.HasRank = uint32(r), true
+	}
+	return h, nil
+}
+
+// Pin resolves the exact worker (and DP rank) a request must run on. The
+// headers take precedence over the body's nvext.backend_instance_id
+// (bodyWorker, "" when absent) and nvext.dp_rank (bodyRank, nil when
+// absent), field by field. It returns nil when no worker is named; a rank
+// alone pins nothing, as upstream.
+func (h PinHeaders) Pin(bodyWorker string, bodyRank *uint32) *sched.Pin {
+	worker := bodyWorker
+	if h.Worker != "" {
+		worker = h.Worker
 	}
 	if worker == "" {
-		return nil, nil
+		return nil
 	}
-	pin.Worker = worker
-	return &pin, nil
+	pin := &sched.Pin{Worker: worker}
+	switch {
+	case h.HasRank:
+		pin.Rank, pin.HasRank = h.Rank, true
+	case bodyRank != nil:
+		pin.Rank, pin.HasRank = *bodyRank, true
+	}
+	return pin
 }
 
 // first returns the first present header among names.

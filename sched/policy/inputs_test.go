@@ -101,7 +101,7 @@ func TestPriorityInputs(t *testing.T) {
 	}
 }
 
-func TestParsePin(t *testing.T) {
+func TestParsePinHeaders_Pin(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
 		lookup     Lookup
@@ -123,18 +123,19 @@ func TestParsePin(t *testing.T) {
 		{"rank header overrides body rank", headers(HeaderDPRank, "5"), "w9", ptr[uint32](2), &sched.Pin{Worker: "w9", Rank: 5, HasRank: true}},
 		{"rank alone pins nothing", headers(HeaderDPRank, "1"), "", nil, nil},
 	} {
-		got, err := ParsePin(tt.lookup, tt.bodyWorker, tt.bodyRank)
+		h, err := ParsePinHeaders(tt.lookup)
 		if err != nil {
 			t.Errorf("%s: %v", tt.name, err)
 			continue
 		}
+		got := h.Pin(tt.bodyWorker, tt.bodyRank)
 		if diff := cmp.Diff(tt.want, got); diff != "" {
 			t.Errorf("%s: (-want +got):\n%s", tt.name, diff)
 		}
 	}
 }
 
-func TestParsePin_Malformed(t *testing.T) {
+func TestParsePinHeaders_Malformed(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		lookup Lookup
@@ -150,10 +151,10 @@ func TestParsePin_Malformed(t *testing.T) {
 		{"rank overflow", headers(HeaderWorkerInstanceID, "w1", HeaderDataParallelRankAlias, "4294967296"), `invalid x-data-parallel-rank header "4294967296": must be an unsigned 32-bit integer`},
 		{"malformed rank without worker", headers(HeaderDPRank, "x"), `invalid x-dynamo-dp-rank header "x": must be an unsigned 32-bit integer`},
 	} {
-		pin, err := ParsePin(tt.lookup, "", nil)
+		h, err := ParsePinHeaders(tt.lookup)
 		var pe *PinError
-		if err == nil || err.Error() != tt.want || !errors.As(err, &pe) {
-			t.Errorf("%s: ParsePin = %+v, %v; want %s", tt.name, pin, err, tt.want)
+		if err == nil || err.Error() != tt.want || !errors.As(err, &pe) || h != (PinHeaders{}) {
+			t.Errorf("%s: ParsePinHeaders = %+v, %v; want %s", tt.name, h, err, tt.want)
 		}
 	}
 }

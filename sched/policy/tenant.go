@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// DefaultTenantHeader is the default --tenant-header-name.
+// DefaultTenantHeader is the default --tenant-header-name, SMG's.
 const DefaultTenantHeader = "x-smg-tenant-id"
 
 // AnonymousTenant is the tenant key of a request with no other identity.

@@ -108,7 +108,7 @@ func harnessConfig(log *slog.Logger, workersFile, priorityFile string) (extproc.
 	if err != nil {
 		return extproc.Config{}, nil, err
 	}
-	tenants, err := policy.NewTenants(policy.TenantOptions{HeaderName: extproc.DefaultTenantHeaderName})
+	tenants, err := policy.NewTenants(policy.TenantOptions{HeaderName: policy.DefaultTenantHeader})
 	if err != nil {
 		return extproc.Config{}, nil, err
 	}

@@ -1,0 +1,84 @@
+package extproc
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/extproc/openai"
+)
+
+// planHeaders is a typical admission request's header map: pseudo-headers,
+// the usual client headers, and the policy inputs a tenant sends.
+func planHeaders() []string {
+	return []string{
+		":method", "POST", ":path", "/v1/chat/completions", ":authority", "gateway.example",
+		":scheme", "https", "content-type", "application/json", "accept", "text/event-stream",
+		"user-agent", "openai-python/1.40.0", "x-request-id", "5f0c6b1e-7d1a-4c2b-9d3e-0a1b2c3d4e5f",
+		"x-forwarded-for", "198.51.100.7", "x-smg-priority", "interactive",
+		"x-dynamo-meta-policy-class", "premium", "x-dynamo-worker-instance-id", "w0",
+	}
+}
+
+// BenchmarkPlan measures the planning path of one admission request in a
+// stream goroutine: reading the headers, the identity and priority, the
+// body's JSON, tokenizing, hashing and the prefix lookup.
+func BenchmarkPlan(b *testing.B) {
+	cfg := testConfig(nil)
+	tok, err := defaultTokenizer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := newPlanner(&cfg, tok, newMetrics(cfg.TenantMetricTopN, nil))
+	if err != nil {
+		b.Fatal(err)
+	}
+	hm := headerMapOf(planHeaders()...)
+	body := []byte(chatBody)
+	b.ReportAllocs()
+	for b.Loop() {
+		h, rej := parseHeaders(hm, p.keep, cfg.MaxHeaderBytes, cfg.MaxHeaderCount)
+		if rej != nil {
+			b.Fatal(rej)
+		}
+		kind, admission := openai.RouteKind(h.method, h.path)
+		who, rej := p.identify(h, "198.51.100.7:41000", admission)
+		if rej != nil {
+			b.Fatal(rej)
+		}
+		if _, rej := p.build(t0, 1, kind, h, who, body, false); rej != nil {
+			b.Fatal(rej)
+		}
+	}
+}
+
+// modelBody is a 16 KiB chat body whose model comes last, as some clients
+// write it.
+func modelBody() []byte {
+	return []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("lorem ipsum ", 1365) + `"}],"stream":true,"model":"llama"}`)
+}
+
+// BenchmarkModelOf measures reading the model of a request outside
+// admission.
+func BenchmarkModelOf(b *testing.B) {
+	body := modelBody()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if modelOf(body) != "llama" {
+			b.Fatal("no model")
+		}
+	}
+}
+
+// BenchmarkRewriteModel measures a model rewrite of a request body.
+func BenchmarkRewriteModel(b *testing.B) {
+	body := modelBody()
+	table := &rewriteTable{exact: map[string][]RewriteTarget{"llama": {{Model: "llama-v2", Weight: 1}}}}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, _, ok := rewriteModel(body, table, func(uint64) uint64 { return 0 }); !ok {
+			b.Fatal("not rewritten")
+		}
+	}
+}
