@@ -135,7 +135,7 @@ func BenchmarkScheduler_Preemption(b *testing.B) {
 		id++
 		preemptor := id
 		acts := s.Submit(simT0, Request{ID: preemptor, Model: "m", Priority: PriorityInteractive, ISL: 256})
-		if len(acts) != 1 || acts[0].Kind != ActionPreempt {
+		if len(acts) != 2 || acts[0].Kind != ActionPreempt || acts[1].Kind != ActionQueue || acts[1].ID != preemptor {
 			b.Fatalf("preemption: %v", simRender(acts))
 		}
 		victim := acts[0].ID
