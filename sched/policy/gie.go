@@ -40,12 +40,14 @@ const (
 // String returns the --fairness value.
 func (m FairnessMode) String() string {
 	switch m {
+	case FairnessNone:
+		return "none"
 	case FairnessTenant:
 		return "tenant"
 	case FairnessHeader:
 		return "header"
 	}
-	return "none"
+	return fmt.Sprintf("fairness(%d)", uint8(m))
 }
 
 // ParseFairnessMode parses --fairness: none, tenant or header.
@@ -72,6 +74,7 @@ func FairnessKey(mode FairnessMode, lookup Lookup, tenant string) (string, error
 		return "", nil
 	case FairnessTenant:
 		return tenant, nil
+	case FairnessHeader:
 	}
 	v, err := flowHeader(lookup, HeaderFairnessID, HeaderFairnessIDLegacy)
 	if err != nil || v == "" {
