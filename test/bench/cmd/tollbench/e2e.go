@@ -269,7 +269,6 @@ func spreadOf(v []float64) spread {
 // request, with the tollgate/null ratios and the targets.
 func (r *runner) e2eRows(m bench.Mode, runs []e2eRun) {
 	section := e2eSections[m]
-	top := slices.Max(r.o.conc)
 	for _, c := range r.o.conc {
 		type figures struct {
 			rps, p50, p99, cpu spread
@@ -299,26 +298,26 @@ func (r *runner) e2eRows(m bench.Mode, runs []e2eRun) {
 		}
 		tg, nl := fig[serverTollgate], fig[serverNull]
 		cs := fmt.Sprintf("concurrency %d", c)
-		row := func(measure string, t, n spread, format func(float64) string) bench.Row {
+		count := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+		dur := func(v float64) string { return bench.FormatDuration(time.Duration(v)) }
+		// row builds one row; a target on the figure adds its verdict to
+		// the row and records it for the Targets table.
+		row := func(measure string, kind e2eMeasure, t, n spread, format func(float64) string, unit string) bench.Row {
 			cell := func(s spread) string {
 				return fmt.Sprintf("%s (%s–%s)", format(s.med), format(s.lo), format(s.hi))
 			}
-			return bench.Row{Section: section, Case: cs, Measure: measure, Value: cell(t), Baseline: cell(n), Target: bench.Ratio(t.med, n.med)}
+			out := bench.Row{Section: section, Case: cs, Measure: measure, Value: cell(t), Baseline: cell(n), Target: bench.Ratio(t.med, n.med)}
+			if tgt, ok := e2eTargetFor(m, c, kind); ok && n.med > 0 {
+				met := tgt.met(t.med, n.med)
+				out.Target += fmt.Sprintf(" (target %s: %s)", tgt.boundText(), bench.Verdict(met))
+				r.measured(tgt.name, fmt.Sprintf("%s (%s / %s%s)", bench.Ratio(t.med, n.med), format(t.med), format(n.med), unit), met)
+			}
+			return out
 		}
-		count := func(v float64) string { return fmt.Sprintf("%.0f", v) }
-		dur := func(v float64) string { return bench.FormatDuration(time.Duration(v)) }
-		tput := row("throughput, req/s", tg.rps, nl.rps, count)
-		if c == top {
-			tput.Target += fmt.Sprintf(" (target ≥ %.2f×: %s)", throughputTarget, bench.Verdict(tg.rps.med >= throughputTarget*nl.rps.med))
-		}
-		p50 := row("p50 latency", tg.p50, nl.p50, dur)
-		if c == 1 {
-			p50.Target += fmt.Sprintf(" (target ≤ %.2f×: %s)", latencyTarget, bench.Verdict(tg.p50.med <= latencyTarget*nl.p50.med))
-		}
-		r.report.Add(tput)
-		r.report.Add(p50)
-		r.report.Add(row("p99 latency", tg.p99, nl.p99, dur))
-		r.report.Add(row("server CPU per request", tg.cpu, nl.cpu, dur))
+		r.report.Add(row("throughput, req/s", measureThroughput, tg.rps, nl.rps, count, " req/s"))
+		r.report.Add(row("p50 latency", measureP50, tg.p50, nl.p50, dur, ""))
+		r.report.Add(row("p99 latency", measureP99, tg.p99, nl.p99, dur, ""))
+		r.report.Add(row("server CPU per request", measureCPU, tg.cpu, nl.cpu, dur, ""))
 		var d50, d99 []float64
 		for _, run := range runs {
 			if run.Server == serverTollgate && run.Result.Concurrency == c {

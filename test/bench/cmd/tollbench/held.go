@@ -165,13 +165,24 @@ func (r *runner) heldRows(runs []heldRun) {
 			}
 			continue
 		}
+		rssMet := res.RSSPerHeld <= heldRSSTarget
 		r.report.Add(bench.Row{Section: heldSection, Case: cs, Measure: "tollgate RSS per held request (held − idle)",
 			Value:  bench.FormatBytes(res.RSSPerHeld),
-			Target: fmt.Sprintf("≤ %s: %s (idle %s, held %s)", bench.FormatBytes(heldRSSTarget), bench.Verdict(res.RSSPerHeld <= heldRSSTarget), bench.FormatBytes(float64(res.IdleRSS)), bench.FormatBytes(float64(res.HeldRSS)))})
+			Target: fmt.Sprintf("≤ %s: %s (idle %s, held %s)", bench.FormatBytes(heldRSSTarget), bench.Verdict(rssMet), bench.FormatBytes(float64(res.IdleRSS)), bench.FormatBytes(float64(res.HeldRSS)))})
+		if res.Held == heldTargetSize {
+			r.measured(heldRSSTargetName, fmt.Sprintf("%s (RSS %s idle → %s held)", bench.FormatBytes(res.RSSPerHeld),
+				bench.FormatBytes(float64(res.IdleRSS)), bench.FormatBytes(float64(res.HeldRSS))), rssMet)
+		}
 		gr := bench.Row{Section: heldSection, Case: cs, Measure: "goroutines per held request"}
 		if res.HeldGoroutines >= 0 {
+			met := goroutinesMet(res.GoroutinesPerHeld)
 			gr.Value = fmt.Sprintf("%.2f", res.GoroutinesPerHeld)
-			gr.Target = res.GoroutineSource
+			gr.Target = fmt.Sprintf("≤ %.0f: %s (%s: %d idle → %d held)", heldGoroutinesTarget, bench.Verdict(met),
+				res.GoroutineSource, res.IdleGoroutines, res.HeldGoroutines)
+			if res.Held == heldTargetSize {
+				r.measured(heldGoroutinesTargetName, fmt.Sprintf("%.2f (%s: %d idle → %d held)", res.GoroutinesPerHeld,
+					res.GoroutineSource, res.IdleGoroutines, res.HeldGoroutines), met)
+			}
 		} else {
 			gr.Value = "not exposed"
 			gr.Target = "no go_goroutines in tollgate's /metrics; see the harness row"

@@ -164,6 +164,7 @@ func (r *runner) setup() error {
 		GOMAXPROCS:  procs,
 		LoadAverage: bench.LoadAverage(),
 		Command:     cmd,
+		Targets:     newTargets(),
 	}
 	return nil
 }
