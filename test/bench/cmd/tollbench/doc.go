@@ -11,8 +11,7 @@
 // per held request, the core's allocations), its bound, the figure this
 // run measured and "met", "missed" or "not measured". A missed target is
 // reported, never an exit status; the run fails only when a phase could
-// not measure.
-//
+// not measure. The phases:
 //
 //  1. scheduler micro-benchmarks: `go test -bench` on ./sched (ring
 //     push+pop, Submit+dispatch+Done with and without the slot gate,
