@@ -113,13 +113,13 @@ func TestRunHold(t *testing.T) {
 	if r.Held != 150 || r.Errors != 0 || r.EarlyFinishes != 0 {
 		t.Fatalf("held %d, %d errors (%s), %d early finishes", r.Held, r.Errors, r.FirstError, r.EarlyFinishes)
 	}
-	if r.IdleRSS == 0 || r.HeldRSS == 0 || r.Drain <= 0 || r.DrainPerHeld != r.Drain/150 {
+	if r.BaseRSS == 0 || r.HeldRSS == 0 || r.Drain <= 0 || r.DrainPerHeld != r.Drain/150 {
 		t.Errorf("implausible measurement %+v", r)
 	}
 	// The test process hosts the client too, so only the source (the
 	// server's own go_goroutines, preferred over pprof) and a lower bound
-	// (a handler and a reader per held stream) are checked.
-	if r.GoroutineSource != "go_goroutines" || r.GoroutinesPerHeld < 2 {
+	// (at least the server's handler per held stream) are checked.
+	if r.GoroutineSource != "go_goroutines" || r.GoroutinesPerHeld < 1 {
 		t.Errorf("goroutines: %v per held request from %q", r.GoroutinesPerHeld, r.GoroutineSource)
 	}
 

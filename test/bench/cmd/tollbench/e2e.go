@@ -213,7 +213,8 @@ func (r *runner) e2ePhase(ctx context.Context) (err error) {
 		"in their own process in front of one upstream process that answers a one-token completion at once. Each measurement "+
 		"is a fresh load process (test/envoysim over loopback TCP, 2 gRPC connections, closed loop, 2 KiB /v1/completions "+
 		"bodies with a shared first half) with a %s warm-up and a %s window; %d rounds alternate the two servers. Cells are "+
-		"median (min–max) over rounds; ratios are tollgate/null of the medians. BUFFERED latency is the whole request as the "+
+		"median (min–max) over rounds; ratios are tollgate/null of the medians, and the targets are read from them; in the "+
+		"Targets table, \"rounds a–b×\" is the range of the same ratio within each round, the two servers measured back to back. BUFFERED latency is the whole request as the "+
 		"client sees it; FULL_DUPLEX_STREAMED latency is from the request headers to the route plus the echoed body. Server "+
 		"CPU per request is the server process's CPU time during the load over the requests it completed. Scheduler decision "+
 		"latency is tollgate's own tollgate_decision_latency_seconds (from a stream handing its request to the dispatcher until "+
@@ -246,6 +247,53 @@ func latency(m bench.Mode, res *bench.LoadResult, p int) time.Duration {
 		return res.TotalP50
 	}
 	return res.TotalP99
+}
+
+// figure is one end-to-end figure of a run.
+func figure(m bench.Mode, run *e2eRun, kind e2eMeasure) float64 {
+	switch kind {
+	case measureThroughput:
+		return run.Result.RPS
+	case measureP50:
+		return float64(latency(m, &run.Result, 50))
+	case measureP99:
+		return float64(latency(m, &run.Result, 99))
+	case measureCPU:
+		return float64(run.CPUPerRequest)
+	}
+	panic(fmt.Sprintf("tollbench: unknown measure %d", kind))
+}
+
+// pairedRatios are the ratios tollgate/null of one figure within each
+// round at concurrency c: the two runs of a round are back to back, so
+// the machine's load drifts less between them than over the whole phase.
+func pairedRatios(m bench.Mode, runs []e2eRun, c int, kind e2eMeasure) []float64 {
+	type pair struct{ tg, nl float64 }
+	rounds := map[int]*pair{}
+	for i := range runs {
+		run := &runs[i]
+		if run.Result.Concurrency != c {
+			continue
+		}
+		p := rounds[run.Round]
+		if p == nil {
+			p = &pair{}
+			rounds[run.Round] = p
+		}
+		switch run.Server {
+		case serverTollgate:
+			p.tg = figure(m, run, kind)
+		case serverNull:
+			p.nl = figure(m, run, kind)
+		}
+	}
+	var out []float64
+	for _, p := range rounds {
+		if p.tg > 0 && p.nl > 0 {
+			out = append(out, p.tg/p.nl)
+		}
+	}
+	return out
 }
 
 // e2eSections name the end-to-end sections of the table.
@@ -310,7 +358,11 @@ func (r *runner) e2eRows(m bench.Mode, runs []e2eRun) {
 			if tgt, ok := e2eTargetFor(m, c, kind); ok && n.med > 0 {
 				met := tgt.met(t.med, n.med)
 				out.Target += fmt.Sprintf(" (target %s: %s)", tgt.boundText(), bench.Verdict(met))
-				r.measured(tgt.name, fmt.Sprintf("%s (%s / %s%s)", bench.Ratio(t.med, n.med), format(t.med), format(n.med), unit), met)
+				value := fmt.Sprintf("%s (%s / %s%s", bench.Ratio(t.med, n.med), format(t.med), format(n.med), unit)
+				if pr := pairedRatios(m, runs, c, kind); len(pr) > 1 {
+					value += fmt.Sprintf("; rounds %.2f–%.2f×", slices.Min(pr), slices.Max(pr))
+				}
+				r.measured(tgt.name, value+")", met)
 			}
 			return out
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -154,13 +155,30 @@ func TestE2ERowsTargets(t *testing.T) {
 	}
 }
 
+func TestPairedRatios(t *testing.T) {
+	run := func(srv string, round, c int, rps float64) e2eRun {
+		return e2eRun{Server: srv, Round: round, Result: bench.LoadResult{Concurrency: c, RPS: rps}}
+	}
+	runs := []e2eRun{
+		run(serverNull, 1, 16, 100), run(serverTollgate, 1, 16, 80),
+		run(serverTollgate, 2, 16, 120), run(serverNull, 2, 16, 100),
+		run(serverNull, 3, 16, 100), // its tollgate run is missing
+		run(serverNull, 1, 64, 1), run(serverTollgate, 1, 64, 9),
+	}
+	got := pairedRatios(bench.ModeDuplex, runs, 16, measureThroughput)
+	slices.Sort(got)
+	if len(got) != 2 || got[0] != 0.8 || got[1] != 1.2 {
+		t.Errorf("pairedRatios = %v, want [0.8 1.2]", got)
+	}
+}
+
 func TestHeldRowsTargets(t *testing.T) {
 	r := &runner{report: &bench.Report{Targets: newTargets()}}
 	r.heldRows([]heldRun{
-		{Server: serverTollgate, Result: bench.HoldResult{Held: 2500, RSSPerHeld: 10 << 10, IdleGoroutines: 20, HeldGoroutines: 2520,
+		{Server: serverTollgate, Result: bench.HoldResult{Held: 2500, RSSPerHeld: 10 << 10, BaseGoroutines: 20, HeldGoroutines: 2520,
 			GoroutinesPerHeld: 1, GoroutineSource: "go_goroutines", Drain: time.Second, DrainPerHeld: 400 * time.Microsecond}},
-		{Server: serverTollgate, Result: bench.HoldResult{Held: 10000, RSSPerHeld: 26.5 * 1024, IdleRSS: 20 << 20, HeldRSS: 279 << 20,
-			IdleGoroutines: 20, HeldGoroutines: 20025, GoroutinesPerHeld: 2.0005, GoroutineSource: "go_goroutines",
+		{Server: serverTollgate, Result: bench.HoldResult{Held: 10000, RSSPerHeld: 26.5 * 1024, BaseRSS: 20 << 20, HeldRSS: 279 << 20,
+			BaseGoroutines: 20, HeldGoroutines: 20025, GoroutinesPerHeld: 2.0005, GoroutineSource: "go_goroutines",
 			Drain: 4 * time.Second, DrainPerHeld: 400 * time.Microsecond}},
 	})
 	var rss, gr bench.Target
@@ -172,10 +190,10 @@ func TestHeldRowsTargets(t *testing.T) {
 			gr = tg
 		}
 	}
-	if rss.Value != "26.5 KiB (RSS 20.0 MiB idle → 279.0 MiB held)" || rss.Result() != "missed" {
+	if rss.Value != "26.5 KiB (RSS 20.0 MiB base → 279.0 MiB held)" || rss.Result() != "missed" {
 		t.Errorf("RSS target: %q, %s", rss.Value, rss.Result())
 	}
-	if gr.Value != "2.00 (go_goroutines: 20 idle → 20025 held)" || gr.Result() != "missed" {
+	if gr.Value != "2.00 (go_goroutines: 20 base → 20025 held)" || gr.Result() != "missed" {
 		t.Errorf("goroutine target: %q, %s", gr.Value, gr.Result())
 	}
 	if !goroutinesMet(1.004) || goroutinesMet(1.006) || goroutinesMet(2) {
