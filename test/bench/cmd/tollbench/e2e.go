@@ -213,8 +213,9 @@ func (r *runner) e2ePhase(ctx context.Context) (err error) {
 		"in their own process in front of one upstream process that answers a one-token completion at once. Each measurement "+
 		"is a fresh load process (test/envoysim over loopback TCP, 2 gRPC connections, closed loop, 2 KiB /v1/completions "+
 		"bodies with a shared first half) with a %s warm-up and a %s window; %d rounds alternate the two servers. Cells are "+
-		"median (min–max) over rounds; ratios are tollgate/null of the medians, and the targets are read from them; in the "+
-		"Targets table, \"rounds a–b×\" is the range of the same ratio within each round, the two servers measured back to back. BUFFERED latency is the whole request as the "+
+		"median (min–max) over rounds; ratios are tollgate/null of the medians. A target is read from the median of the "+
+		"per-round ratios (the two servers of a round measured back to back, so that the machine's drifting load cancels); "+
+		"the Targets table gives their range over the rounds and the medians of the two servers. BUFFERED latency is the whole request as the "+
 		"client sees it; FULL_DUPLEX_STREAMED latency is from the request headers to the route plus the echoed body. Server "+
 		"CPU per request is the server process's CPU time during the load over the requests it completed. Scheduler decision "+
 		"latency is tollgate's own tollgate_decision_latency_seconds (from a stream handing its request to the dispatcher until "+
@@ -355,14 +356,19 @@ func (r *runner) e2eRows(m bench.Mode, runs []e2eRun) {
 				return fmt.Sprintf("%s (%s–%s)", format(s.med), format(s.lo), format(s.hi))
 			}
 			out := bench.Row{Section: section, Case: cs, Measure: measure, Value: cell(t), Baseline: cell(n), Target: bench.Ratio(t.med, n.med)}
-			if tgt, ok := e2eTargetFor(m, c, kind); ok && n.med > 0 {
-				met := tgt.met(t.med, n.med)
-				out.Target += fmt.Sprintf(" (target %s: %s)", tgt.boundText(), bench.Verdict(met))
-				value := fmt.Sprintf("%s (%s / %s%s", bench.Ratio(t.med, n.med), format(t.med), format(n.med), unit)
-				if pr := pairedRatios(m, runs, c, kind); len(pr) > 1 {
-					value += fmt.Sprintf("; rounds %.2f–%.2f×", slices.Min(pr), slices.Max(pr))
+			if tgt, ok := e2eTargetFor(m, c, kind); ok && n.med > 0 && t.med > 0 {
+				// The target is read from the median of the per-round
+				// ratios: the two runs of a round are back to back, so the
+				// machine's drifting load cancels better than between the
+				// medians over all rounds.
+				ratio, rounds := t.med/n.med, ""
+				if pr := pairedRatios(m, runs, c, kind); len(pr) > 0 {
+					ratio = bench.Median(pr)
+					rounds = fmt.Sprintf("rounds %.2f–%.2f×; ", slices.Min(pr), slices.Max(pr))
 				}
-				r.measured(tgt.name, value+")", met)
+				met := tgt.met(ratio)
+				out.Target += fmt.Sprintf(" (per-round median %.2f×, target %s: %s)", ratio, tgt.boundText(), bench.Verdict(met))
+				r.measured(tgt.name, fmt.Sprintf("%.2f× (%smedians %s / %s%s)", ratio, rounds, format(t.med), format(n.med), unit), met)
 			}
 			return out
 		}

@@ -36,16 +36,15 @@ func (t e2eTarget) boundText() string {
 	return fmt.Sprintf("≤ %.2f× null", t.bound)
 }
 
-// met reports whether tollgate's figure tg against null's nl is within the
-// bound.
-func (t e2eTarget) met(tg, nl float64) bool {
-	if nl <= 0 || tg <= 0 {
+// met reports whether the ratio tollgate/null is within the bound.
+func (t e2eTarget) met(ratio float64) bool {
+	if ratio <= 0 {
 		return false
 	}
 	if t.atLeast {
-		return tg >= t.bound*nl
+		return ratio >= t.bound
 	}
-	return tg <= t.bound*nl
+	return ratio <= t.bound
 }
 
 // e2eTargets are the shell's cost targets: ratios to the null ext_proc
