@@ -29,8 +29,11 @@ type Report struct {
 	GOMAXPROCS int
 	// LoadAverage is the 1-minute load average when the run started.
 	LoadAverage float64
-	Command     string
-	Wall        time.Duration
+	// LoadAverageEnd is the same when it ended; 0 when not read. Other
+	// work on the machine while the run went on shows here.
+	LoadAverageEnd float64
+	Command        string
+	Wall           time.Duration
 	// Targets are printed first, in their own table.
 	Targets []Target
 	Rows    []Row
@@ -68,13 +71,16 @@ var targetColumns = [...]string{"Target", "Bound", "Measured", "Result"}
 
 // WriteMarkdown writes the report as Markdown: a header of facts, the
 // Targets table, one table with a bold heading row per section, and the
-// notes. Cells are
-// padded so that the raw text lines up in a terminal too.
+// notes. Cells are padded so that the raw text lines up in a terminal too.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## tollgate benchmark, %s\n\n", r.Date.UTC().Format("2006-01-02 15:04 MST"))
-	fmt.Fprintf(&b, "- Machine: %d CPUs (runtime.NumCPU), %s; GOMAXPROCS %d per process; load average %.2f at start\n",
+	fmt.Fprintf(&b, "- Machine: %d CPUs (runtime.NumCPU), %s; GOMAXPROCS %d per process; load average %.2f at start",
 		r.CPUs, r.CPUModel, r.GOMAXPROCS, r.LoadAverage)
+	if r.LoadAverageEnd != 0 {
+		fmt.Fprintf(&b, ", %.2f at the end", r.LoadAverageEnd)
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "- Go: %s\n", r.GoVersion)
 	fmt.Fprintf(&b, "- Reproduce: `%s`\n", r.Command)
 	if r.Wall > 0 {

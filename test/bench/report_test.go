@@ -9,7 +9,7 @@ import (
 func TestReportMarkdown(t *testing.T) {
 	r := &Report{
 		Date: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), CPUs: 2, CPUModel: "Test CPU", GoVersion: "go1.26.8 linux/amd64",
-		GOMAXPROCS: 2, LoadAverage: 0.5, Command: "make bench", Wall: 61 * time.Second,
+		GOMAXPROCS: 2, LoadAverage: 0.5, LoadAverageEnd: 7.25, Command: "make bench", Wall: 61 * time.Second,
 		Notes: []string{"a note"},
 		Targets: []Target{
 			{Name: "throughput", Bound: "≥ 0.90× null", Value: "0.95×", Met: true},
@@ -27,7 +27,7 @@ func TestReportMarkdown(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"## tollgate benchmark, 2026-01-02 03:04 UTC",
-		"- Machine: 2 CPUs (runtime.NumCPU), Test CPU; GOMAXPROCS 2 per process; load average 0.50 at start",
+		"- Machine: 2 CPUs (runtime.NumCPU), Test CPU; GOMAXPROCS 2 per process; load average 0.50 at start, 7.25 at the end\n",
 		"- Go: go1.26.8 linux/amd64",
 		"- Reproduce: `make bench`",
 		"- Wall time: 1m1s",
