@@ -42,7 +42,7 @@ type HoldConfig struct {
 	Conns int
 	// BodyBytes is the request body size; 0 means 2048.
 	BodyBytes int
-	// Warmup is the number of requests sent, and answered, before the idle
+	// Warmup is the number of requests sent, and answered, before the base
 	// memory is read; 0 means 512.
 	Warmup int
 	// HeapProfile, when set with PprofURL, is a file that receives the
@@ -55,13 +55,15 @@ type HoldConfig struct {
 }
 
 // HoldResult is what RunHold measured. Memory and goroutine deltas are
-// against the idle server after the warm-up, divided by Held.
+// against the base (the server after the warm-up with the Running requests
+// parked at the worker and nothing queued), divided by Held: the cost of a
+// held request alone, not of the running ones in front of it.
 type HoldResult struct {
 	Held              int     `json:"held"`
-	IdleRSS           uint64  `json:"idle_rss_bytes"`
+	BaseRSS           uint64  `json:"base_rss_bytes"`
 	HeldRSS           uint64  `json:"held_rss_bytes"`
 	RSSPerHeld        float64 `json:"rss_per_held_bytes"`
-	IdleGoroutines    int     `json:"idle_goroutines"` // -1: not exposed
+	BaseGoroutines    int     `json:"base_goroutines"` // -1: not exposed
 	HeldGoroutines    int     `json:"held_goroutines"` // -1: not exposed
 	GoroutinesPerHeld float64 `json:"goroutines_per_held"`
 	GoroutineSource   string  `json:"goroutine_source"`
@@ -126,15 +128,6 @@ func (h *holder) run(ctx context.Context) (*HoldResult, error) {
 	if err := h.warmup(ctx); err != nil {
 		return nil, err
 	}
-	time.Sleep(500 * time.Millisecond)
-	r := &HoldResult{Held: h.cfg.Held}
-	var err error
-	if r.IdleRSS, err = ProcRSS(h.cfg.PID); err != nil {
-		return nil, err
-	}
-	r.IdleGoroutines, r.GoroutineSource = h.goroutines(ctx)
-	idleStack, idleHeap := h.memStats(ctx)
-
 	if err := h.post(ctx, "/bench/hold?n="+strconv.Itoa(h.cfg.Running)); err != nil {
 		return nil, err
 	}
@@ -142,6 +135,16 @@ func (h *holder) run(ctx context.Context) (*HoldResult, error) {
 	if err := h.waitParked(ctx); err != nil {
 		return nil, err
 	}
+	// The base: the running requests' streams are open, no request is
+	// queued, so that the deltas count held requests alone.
+	time.Sleep(500 * time.Millisecond)
+	r := &HoldResult{Held: h.cfg.Held}
+	var err error
+	if r.BaseRSS, err = ProcRSS(h.cfg.PID); err != nil {
+		return nil, err
+	}
+	r.BaseGoroutines, r.GoroutineSource = h.goroutines(ctx)
+	baseStack, baseHeap := h.memStats(ctx)
 	fillStart := time.Now()
 	for sent := 0; sent < h.cfg.Held; {
 		n := min(holdBatch, h.cfg.Held-sent)
@@ -157,9 +160,9 @@ func (h *holder) run(ctx context.Context) (*HoldResult, error) {
 		return nil, err
 	}
 	r.HeldGoroutines, _ = h.goroutines(ctx)
-	if stack, heap := h.memStats(ctx); stack > 0 && idleStack > 0 {
-		r.StackPerHeld = (stack - idleStack) / float64(h.cfg.Held)
-		r.HeapPerHeld = (heap - idleHeap) / float64(h.cfg.Held)
+	if stack, heap := h.memStats(ctx); stack > 0 && baseStack > 0 {
+		r.StackPerHeld = (stack - baseStack) / float64(h.cfg.Held)
+		r.HeapPerHeld = (heap - baseHeap) / float64(h.cfg.Held)
 	}
 	r.EarlyFinishes = int(h.finished.Load())
 	if h.cfg.HeapProfile != "" && h.cfg.PprofURL != "" {
@@ -179,9 +182,9 @@ func (h *holder) run(ctx context.Context) (*HoldResult, error) {
 	h.wg.Wait()
 	r.Drain = time.Since(drainStart)
 	r.DrainPerHeld = r.Drain / time.Duration(h.cfg.Held)
-	r.RSSPerHeld = (float64(r.HeldRSS) - float64(r.IdleRSS)) / float64(h.cfg.Held)
-	if r.IdleGoroutines >= 0 && r.HeldGoroutines >= 0 {
-		r.GoroutinesPerHeld = float64(r.HeldGoroutines-r.IdleGoroutines) / float64(h.cfg.Held)
+	r.RSSPerHeld = (float64(r.HeldRSS) - float64(r.BaseRSS)) / float64(h.cfg.Held)
+	if r.BaseGoroutines >= 0 && r.HeldGoroutines >= 0 {
+		r.GoroutinesPerHeld = float64(r.HeldGoroutines-r.BaseGoroutines) / float64(h.cfg.Held)
 	}
 	r.Errors = h.errs
 	if h.first != nil {

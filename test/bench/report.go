@@ -29,11 +29,35 @@ type Report struct {
 	GOMAXPROCS int
 	// LoadAverage is the 1-minute load average when the run started.
 	LoadAverage float64
-	Command     string
-	Wall        time.Duration
-	Rows        []Row
+	// LoadAverageEnd is the same when it ended; 0 when not read. Other
+	// work on the machine while the run went on shows here.
+	LoadAverageEnd float64
+	Command        string
+	Wall           time.Duration
+	// Targets are printed first, in their own table.
+	Targets []Target
+	Rows    []Row
 	// Notes are printed under the table, one per line.
 	Notes []string
+}
+
+// Target is one figure the benchmark holds the server to: what it is, its
+// bound, and what this run measured.
+type Target struct {
+	Name  string
+	Bound string
+	// Value is the measured figure; empty when the run did not measure it
+	// (a phase skipped or failed, or the case not in the run's options).
+	Value string
+	Met   bool
+}
+
+// Result is "met", "missed", or "not measured" without a Value.
+func (t Target) Result() string {
+	if t.Value == "" {
+		return "not measured"
+	}
+	return Verdict(t.Met)
 }
 
 // Add appends a row.
@@ -42,20 +66,41 @@ func (r *Report) Add(row Row) { r.Rows = append(r.Rows, row) }
 // reportColumns are the table's column headings.
 var reportColumns = [...]string{"Case", "Measure", "tollgate", "null ext_proc", "Ratio / target"}
 
-// WriteMarkdown writes the report as Markdown: a header of facts, one
-// table with a bold heading row per section, and the notes. Cells are
-// padded so that the raw text lines up in a terminal too.
+// targetColumns are the Targets table's column headings.
+var targetColumns = [...]string{"Target", "Bound", "Measured", "Result"}
+
+// WriteMarkdown writes the report as Markdown: a header of facts, the
+// Targets table, one table with a bold heading row per section, and the
+// notes. Cells are padded so that the raw text lines up in a terminal too.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## tollgate benchmark, %s\n\n", r.Date.UTC().Format("2006-01-02 15:04 MST"))
-	fmt.Fprintf(&b, "- Machine: %d CPUs (runtime.NumCPU), %s; GOMAXPROCS %d per process; load average %.2f at start\n",
+	fmt.Fprintf(&b, "- Machine: %d CPUs (runtime.NumCPU), %s; GOMAXPROCS %d per process; load average %.2f at start",
 		r.CPUs, r.CPUModel, r.GOMAXPROCS, r.LoadAverage)
+	if r.LoadAverageEnd != 0 {
+		fmt.Fprintf(&b, ", %.2f at the end", r.LoadAverageEnd)
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "- Go: %s\n", r.GoVersion)
 	fmt.Fprintf(&b, "- Reproduce: `%s`\n", r.Command)
 	if r.Wall > 0 {
 		fmt.Fprintf(&b, "- Wall time: %s\n", r.Wall.Round(time.Second))
 	}
 	b.WriteString("\n")
+
+	if len(r.Targets) > 0 {
+		b.WriteString("### Targets\n\n")
+		lines := [][]string{targetColumns[:]}
+		for _, t := range r.Targets {
+			value := t.Value
+			if value == "" {
+				value = "–"
+			}
+			lines = append(lines, []string{t.Name, t.Bound, value, t.Result()})
+		}
+		writeTable(&b, lines)
+		b.WriteString("\n### All figures\n\n")
+	}
 
 	lines := [][]string{reportColumns[:]}
 	section := "\x00"
@@ -66,22 +111,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		lines = append(lines, []string{row.Case, row.Measure, row.Value, row.Baseline, row.Target})
 	}
-	width := make([]int, len(reportColumns))
-	for _, l := range lines {
-		for i, c := range l {
-			width[i] = max(width[i], len([]rune(escapeCell(c))))
-		}
-	}
-	for i, l := range lines {
-		writeLine(&b, l, width)
-		if i == 0 {
-			sep := make([]string, len(width))
-			for j, n := range width {
-				sep[j] = strings.Repeat("-", n)
-			}
-			writeLine(&b, sep, width)
-		}
-	}
+	writeTable(&b, lines)
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
 		for _, n := range r.Notes {
@@ -90,6 +120,27 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeTable writes lines as a Markdown table whose first line is the
+// heading, padded so that the raw text lines up in a terminal too.
+func writeTable(b *strings.Builder, lines [][]string) {
+	width := make([]int, len(lines[0]))
+	for _, l := range lines {
+		for i, c := range l {
+			width[i] = max(width[i], len([]rune(escapeCell(c))))
+		}
+	}
+	for i, l := range lines {
+		writeLine(b, l, width)
+		if i == 0 {
+			sep := make([]string, len(width))
+			for j, n := range width {
+				sep[j] = strings.Repeat("-", n)
+			}
+			writeLine(b, sep, width)
+		}
+	}
 }
 
 func writeLine(b *strings.Builder, cells []string, width []int) {
@@ -119,12 +170,12 @@ func Ratio(a, b float64) string {
 	return fmt.Sprintf("%.2f×", a/b)
 }
 
-// Verdict returns "met" or "MISSED" for ok.
+// Verdict returns "met" or "missed" for ok.
 func Verdict(ok bool) string {
 	if ok {
 		return "met"
 	}
-	return "MISSED"
+	return "missed"
 }
 
 // FormatDuration prints d with three significant digits in µs or ms.

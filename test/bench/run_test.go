@@ -72,8 +72,11 @@ func startUpstream(t *testing.T) string {
 func TestRunLoad(t *testing.T) {
 	ext, _ := startExtProc(t, startUpstream(t), 0, "")
 	for _, m := range []Mode{ModeBuffered, ModeDuplex} {
+		// No warm-up and a window long enough for the first requests
+		// (connection set-up under the race detector on a loaded machine)
+		// to end inside it.
 		r, err := RunLoad(context.Background(), LoadConfig{ExtProcAddr: ext, Mode: m, Concurrency: 4,
-			Warmup: 100 * time.Millisecond, Duration: 300 * time.Millisecond})
+			Duration: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +86,7 @@ func TestRunLoad(t *testing.T) {
 		if r.TotalP50 <= 0 || r.TotalP99 < r.TotalP50 || r.DecisionP50 <= 0 || r.DecisionP50 > r.TotalP50 {
 			t.Errorf("%s: implausible latencies %+v", m, r)
 		}
-		if r.Mode != m || r.Concurrency != 4 || r.Seconds != 0.3 {
+		if r.Mode != m || r.Concurrency != 4 || r.Seconds != 1 {
 			t.Errorf("%s: result describes %s at %d for %vs", m, r.Mode, r.Concurrency, r.Seconds)
 		}
 	}
@@ -113,13 +116,13 @@ func TestRunHold(t *testing.T) {
 	if r.Held != 150 || r.Errors != 0 || r.EarlyFinishes != 0 {
 		t.Fatalf("held %d, %d errors (%s), %d early finishes", r.Held, r.Errors, r.FirstError, r.EarlyFinishes)
 	}
-	if r.IdleRSS == 0 || r.HeldRSS == 0 || r.Drain <= 0 || r.DrainPerHeld != r.Drain/150 {
+	if r.BaseRSS == 0 || r.HeldRSS == 0 || r.Drain <= 0 || r.DrainPerHeld != r.Drain/150 {
 		t.Errorf("implausible measurement %+v", r)
 	}
 	// The test process hosts the client too, so only the source (the
 	// server's own go_goroutines, preferred over pprof) and a lower bound
-	// (a handler and a reader per held stream) are checked.
-	if r.GoroutineSource != "go_goroutines" || r.GoroutinesPerHeld < 2 {
+	// (at least the server's handler per held stream) are checked.
+	if r.GoroutineSource != "go_goroutines" || r.GoroutinesPerHeld < 1 {
 		t.Errorf("goroutines: %v per held request from %q", r.GoroutinesPerHeld, r.GoroutineSource)
 	}
 

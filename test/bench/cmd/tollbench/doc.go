@@ -5,7 +5,13 @@
 //
 // The run subcommand (the default) goes through six phases, printing
 // progress on stderr, and writes the table to stdout and to
-// <out>/results.md, with the raw outputs, logs and profiles next to it:
+// <out>/results.md, with the raw outputs, logs and profiles next to it.
+// The table opens with the Targets section: each target the server is held
+// to (the end-to-end ratios to the null server, the memory and goroutines
+// per held request, the core's allocations), its bound, the figure this
+// run measured and "met", "missed" or "not measured". A missed target is
+// reported, never an exit status; the run fails only when a phase could
+// not measure. The phases:
 //
 //  1. scheduler micro-benchmarks: `go test -bench` on ./sched (ring
 //     push+pop, Submit+dispatch+Done with and without the slot gate,

@@ -213,7 +213,9 @@ func (r *runner) e2ePhase(ctx context.Context) (err error) {
 		"in their own process in front of one upstream process that answers a one-token completion at once. Each measurement "+
 		"is a fresh load process (test/envoysim over loopback TCP, 2 gRPC connections, closed loop, 2 KiB /v1/completions "+
 		"bodies with a shared first half) with a %s warm-up and a %s window; %d rounds alternate the two servers. Cells are "+
-		"median (min–max) over rounds; ratios are tollgate/null of the medians. BUFFERED latency is the whole request as the "+
+		"median (min–max) over rounds; ratios are tollgate/null of the medians. A target is read from the median of the "+
+		"per-round ratios (the two servers of a round measured back to back, so that the machine's drifting load cancels); "+
+		"the Targets table gives their range over the rounds and the medians of the two servers. BUFFERED latency is the whole request as the "+
 		"client sees it; FULL_DUPLEX_STREAMED latency is from the request headers to the route plus the echoed body. Server "+
 		"CPU per request is the server process's CPU time during the load over the requests it completed. Scheduler decision "+
 		"latency is tollgate's own tollgate_decision_latency_seconds (from a stream handing its request to the dispatcher until "+
@@ -248,6 +250,53 @@ func latency(m bench.Mode, res *bench.LoadResult, p int) time.Duration {
 	return res.TotalP99
 }
 
+// figure is one end-to-end figure of a run.
+func figure(m bench.Mode, run *e2eRun, kind e2eMeasure) float64 {
+	switch kind {
+	case measureThroughput:
+		return run.Result.RPS
+	case measureP50:
+		return float64(latency(m, &run.Result, 50))
+	case measureP99:
+		return float64(latency(m, &run.Result, 99))
+	case measureCPU:
+		return float64(run.CPUPerRequest)
+	}
+	panic(fmt.Sprintf("tollbench: unknown measure %d", kind))
+}
+
+// pairedRatios are the ratios tollgate/null of one figure within each
+// round at concurrency c: the two runs of a round are back to back, so
+// the machine's load drifts less between them than over the whole phase.
+func pairedRatios(m bench.Mode, runs []e2eRun, c int, kind e2eMeasure) []float64 {
+	type pair struct{ tg, nl float64 }
+	rounds := map[int]*pair{}
+	for i := range runs {
+		run := &runs[i]
+		if run.Result.Concurrency != c {
+			continue
+		}
+		p := rounds[run.Round]
+		if p == nil {
+			p = &pair{}
+			rounds[run.Round] = p
+		}
+		switch run.Server {
+		case serverTollgate:
+			p.tg = figure(m, run, kind)
+		case serverNull:
+			p.nl = figure(m, run, kind)
+		}
+	}
+	var out []float64
+	for _, p := range rounds {
+		if p.tg > 0 && p.nl > 0 {
+			out = append(out, p.tg/p.nl)
+		}
+	}
+	return out
+}
+
 // e2eSections name the end-to-end sections of the table.
 var e2eSections = map[bench.Mode]string{
 	bench.ModeBuffered: "End-to-end BUFFERED",
@@ -269,7 +318,6 @@ func spreadOf(v []float64) spread {
 // request, with the tollgate/null ratios and the targets.
 func (r *runner) e2eRows(m bench.Mode, runs []e2eRun) {
 	section := e2eSections[m]
-	top := slices.Max(r.o.conc)
 	for _, c := range r.o.conc {
 		type figures struct {
 			rps, p50, p99, cpu spread
@@ -299,26 +347,35 @@ func (r *runner) e2eRows(m bench.Mode, runs []e2eRun) {
 		}
 		tg, nl := fig[serverTollgate], fig[serverNull]
 		cs := fmt.Sprintf("concurrency %d", c)
-		row := func(measure string, t, n spread, format func(float64) string) bench.Row {
+		count := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+		dur := func(v float64) string { return bench.FormatDuration(time.Duration(v)) }
+		// row builds one row; a target on the figure adds its verdict to
+		// the row and records it for the Targets table.
+		row := func(measure string, kind e2eMeasure, t, n spread, format func(float64) string, unit string) bench.Row {
 			cell := func(s spread) string {
 				return fmt.Sprintf("%s (%s–%s)", format(s.med), format(s.lo), format(s.hi))
 			}
-			return bench.Row{Section: section, Case: cs, Measure: measure, Value: cell(t), Baseline: cell(n), Target: bench.Ratio(t.med, n.med)}
+			out := bench.Row{Section: section, Case: cs, Measure: measure, Value: cell(t), Baseline: cell(n), Target: bench.Ratio(t.med, n.med)}
+			if tgt, ok := e2eTargetFor(m, c, kind); ok && n.med > 0 && t.med > 0 {
+				// The target is read from the median of the per-round
+				// ratios: the two runs of a round are back to back, so the
+				// machine's drifting load cancels better than between the
+				// medians over all rounds.
+				ratio, rounds := t.med/n.med, ""
+				if pr := pairedRatios(m, runs, c, kind); len(pr) > 0 {
+					ratio = bench.Median(pr)
+					rounds = fmt.Sprintf("rounds %.2f–%.2f×; ", slices.Min(pr), slices.Max(pr))
+				}
+				met := tgt.met(ratio)
+				out.Target += fmt.Sprintf(" (per-round median %.2f×, target %s: %s)", ratio, tgt.boundText(), bench.Verdict(met))
+				r.measured(tgt.name, fmt.Sprintf("%.2f× (%smedians %s / %s%s)", ratio, rounds, format(t.med), format(n.med), unit), met)
+			}
+			return out
 		}
-		count := func(v float64) string { return fmt.Sprintf("%.0f", v) }
-		dur := func(v float64) string { return bench.FormatDuration(time.Duration(v)) }
-		tput := row("throughput, req/s", tg.rps, nl.rps, count)
-		if c == top {
-			tput.Target += fmt.Sprintf(" (target ≥ %.2f×: %s)", throughputTarget, bench.Verdict(tg.rps.med >= throughputTarget*nl.rps.med))
-		}
-		p50 := row("p50 latency", tg.p50, nl.p50, dur)
-		if c == 1 {
-			p50.Target += fmt.Sprintf(" (target ≤ %.2f×: %s)", latencyTarget, bench.Verdict(tg.p50.med <= latencyTarget*nl.p50.med))
-		}
-		r.report.Add(tput)
-		r.report.Add(p50)
-		r.report.Add(row("p99 latency", tg.p99, nl.p99, dur))
-		r.report.Add(row("server CPU per request", tg.cpu, nl.cpu, dur))
+		r.report.Add(row("throughput, req/s", measureThroughput, tg.rps, nl.rps, count, " req/s"))
+		r.report.Add(row("p50 latency", measureP50, tg.p50, nl.p50, dur, ""))
+		r.report.Add(row("p99 latency", measureP99, tg.p99, nl.p99, dur, ""))
+		r.report.Add(row("server CPU per request", measureCPU, tg.cpu, nl.cpu, dur, ""))
 		var d50, d99 []float64
 		for _, run := range runs {
 			if run.Server == serverTollgate && run.Result.Concurrency == c {

@@ -83,11 +83,12 @@ func (r *runner) heldPhase(ctx context.Context) (err error) {
 		"queue_size N+1000), one worker with max_running_requests %d whose %d requests the upstream parks, then N more sent "+
 		"in batches of 200 over 8 gRPC connections, each batch waiting until tollgate has queued it. Envoy's message_timeout "+
 		"and tollgate's --envoy-message-timeout are %s here so that a starved CPU while streams open does not end requests "+
-		"with 504 before they are queued. RSS is VmRSS of the tollgate process with all N queued minus VmRSS after a "+
-		"512-request warm-up; the drain runs from the release until every response arrived. A fresh tollgate per size; "+
+		"with 504 before they are queued. RSS is VmRSS of the tollgate process with all N queued minus its base: VmRSS after a "+
+		"512-request warm-up with the %d running requests parked and nothing queued (goroutines likewise), so that the "+
+		"figures per held request count queued requests alone; the drain runs from the release until every response arrived. A fresh tollgate per size; "+
 		"goroutines come from tollgate's go_goroutines; the stack/heap split comes from the same run against the harness "+
 		"build of the server code (tollbench serve), which serves /debug/pprof/.",
-		r.o.running, r.o.running, heldMessageTimeout)
+		r.o.running, r.o.running, heldMessageTimeout, r.o.running)
 	data, err := json.MarshalIndent(runs, "", "  ")
 	if err != nil {
 		return err
@@ -136,8 +137,8 @@ func (r *runner) hold(ctx context.Context, name string, argv []string, upstream 
 	if err := runJSON(ctx, name+"-driver", r.logs, args, res); err != nil {
 		return nil, err
 	}
-	r.progress("held %s: %s held, RSS +%s per request, goroutines %d → %d, fill %s, drain %s, errors %d",
-		name, bench.FormatCount(float64(n)), bench.FormatBytes(res.RSSPerHeld), res.IdleGoroutines, res.HeldGoroutines,
+	r.progress("held %s: %s held, RSS +%s per request, goroutines %d (base) → %d, fill %s, drain %s, errors %d",
+		name, bench.FormatCount(float64(n)), bench.FormatBytes(res.RSSPerHeld), res.BaseGoroutines, res.HeldGoroutines,
 		bench.FormatDuration(res.Fill), bench.FormatDuration(res.Drain), res.Errors)
 	return res, nil
 }
@@ -155,7 +156,7 @@ func (r *runner) heldRows(runs []heldRun) {
 			if res.HeldGoroutines >= 0 {
 				r.report.Add(bench.Row{Section: heldSection, Case: hc,
 					Measure: "goroutines per held request (pprof)", Value: fmt.Sprintf("%.2f", res.GoroutinesPerHeld),
-					Target: fmt.Sprintf("%d idle → %d held", res.IdleGoroutines, res.HeldGoroutines)})
+					Target: fmt.Sprintf("%d base → %d held", res.BaseGoroutines, res.HeldGoroutines)})
 			}
 			if res.StackPerHeld > 0 {
 				r.report.Add(bench.Row{Section: heldSection, Case: hc,
@@ -165,13 +166,24 @@ func (r *runner) heldRows(runs []heldRun) {
 			}
 			continue
 		}
-		r.report.Add(bench.Row{Section: heldSection, Case: cs, Measure: "tollgate RSS per held request (held − idle)",
+		rssMet := res.RSSPerHeld <= heldRSSTarget
+		r.report.Add(bench.Row{Section: heldSection, Case: cs, Measure: "tollgate RSS per held request (held − base)",
 			Value:  bench.FormatBytes(res.RSSPerHeld),
-			Target: fmt.Sprintf("≤ %s: %s (idle %s, held %s)", bench.FormatBytes(heldRSSTarget), bench.Verdict(res.RSSPerHeld <= heldRSSTarget), bench.FormatBytes(float64(res.IdleRSS)), bench.FormatBytes(float64(res.HeldRSS)))})
+			Target: fmt.Sprintf("≤ %s: %s (base %s, held %s)", bench.FormatBytes(heldRSSTarget), bench.Verdict(rssMet), bench.FormatBytes(float64(res.BaseRSS)), bench.FormatBytes(float64(res.HeldRSS)))})
+		if res.Held == heldTargetSize {
+			r.measured(heldRSSTargetName, fmt.Sprintf("%s (RSS %s base → %s held)", bench.FormatBytes(res.RSSPerHeld),
+				bench.FormatBytes(float64(res.BaseRSS)), bench.FormatBytes(float64(res.HeldRSS))), rssMet)
+		}
 		gr := bench.Row{Section: heldSection, Case: cs, Measure: "goroutines per held request"}
 		if res.HeldGoroutines >= 0 {
+			met := goroutinesMet(res.GoroutinesPerHeld)
 			gr.Value = fmt.Sprintf("%.2f", res.GoroutinesPerHeld)
-			gr.Target = res.GoroutineSource
+			gr.Target = fmt.Sprintf("≤ %.0f: %s (%s: %d base → %d held)", heldGoroutinesTarget, bench.Verdict(met),
+				res.GoroutineSource, res.BaseGoroutines, res.HeldGoroutines)
+			if res.Held == heldTargetSize {
+				r.measured(heldGoroutinesTargetName, fmt.Sprintf("%.2f (%s: %d base → %d held)", res.GoroutinesPerHeld,
+					res.GoroutineSource, res.BaseGoroutines, res.HeldGoroutines), met)
+			}
 		} else {
 			gr.Value = "not exposed"
 			gr.Target = "no go_goroutines in tollgate's /metrics; see the harness row"

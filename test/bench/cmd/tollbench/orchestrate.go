@@ -116,6 +116,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	r.report.Wall = time.Since(r.start)
+	r.report.LoadAverageEnd = bench.LoadAverage()
 	for _, f := range r.failures {
 		r.report.Notes = append(r.report.Notes, "FAILED: "+f)
 	}
@@ -164,6 +165,7 @@ func (r *runner) setup() error {
 		GOMAXPROCS:  procs,
 		LoadAverage: bench.LoadAverage(),
 		Command:     cmd,
+		Targets:     newTargets(),
 	}
 	return nil
 }

@@ -101,7 +101,7 @@ var cpuActivities = []struct{ label, fn string }{
 	{"of which json.Valid", "encoding/json.Valid"},
 	{"prefix lookup", "github.com/tollgate/tollgate/extproc.(*prefixCache).lookup"},
 	{"response usage scanner", "github.com/tollgate/tollgate/extproc/openai.(*UsageScanner).Feed"},
-	{"reader goroutine (Recv)", "github.com/tollgate/tollgate/extproc.(*Server).Process.func1"},
+	{"gRPC receive (Recv, on whichever goroutine calls it)", "google.golang.org/grpc.(*serverStream).RecvMsg"},
 	{"proto unmarshal", "google.golang.org/protobuf/proto.Unmarshal"},
 	{"gRPC send", "google.golang.org/grpc.(*serverStream).SendMsg"},
 	{"dispatcher goroutine", "github.com/tollgate/tollgate/extproc.(*dispatcher).run"},

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/tollgate/tollgate/test/bench"
+)
+
+// e2eMeasure is a figure of the end-to-end phase.
+type e2eMeasure int
+
+const (
+	measureThroughput e2eMeasure = iota
+	measureP50
+	measureP99
+	measureCPU
+)
+
+// e2eTarget bounds the ratio tollgate/null of one end-to-end figure, both
+// servers measured in the same run.
+type e2eTarget struct {
+	name    string
+	mode    bench.Mode
+	conc    int
+	measure e2eMeasure
+	bound   float64
+	atLeast bool // the ratio must be ≥ bound; otherwise ≤ bound
+}
+
+// boundText is the bound as the Targets table prints it.
+func (t e2eTarget) boundText() string {
+	if t.atLeast {
+		return fmt.Sprintf("≥ %.2f× null", t.bound)
+	}
+	return fmt.Sprintf("≤ %.2f× null", t.bound)
+}
+
+// met reports whether the ratio tollgate/null is within the bound.
+func (t e2eTarget) met(ratio float64) bool {
+	if ratio <= 0 {
+		return false
+	}
+	if t.atLeast {
+		return ratio >= t.bound
+	}
+	return ratio <= t.bound
+}
+
+// e2eTargets are the shell's cost targets: ratios to the null ext_proc
+// server at fixed concurrencies.
+var e2eTargets = []e2eTarget{
+	{"BUFFERED with response phases, 64 streams: throughput tollgate / null", bench.ModeBuffered, 64, measureThroughput, 0.90, true},
+	{"BUFFERED with response phases, 64 streams: server CPU per request tollgate / null", bench.ModeBuffered, 64, measureCPU, 1.25, false},
+	{"BUFFERED, 1 stream: p50 latency tollgate / null", bench.ModeBuffered, 1, measureP50, 1.10, false},
+	{"FULL_DUPLEX_STREAMED decision path, 1 stream: p50 latency tollgate / null", bench.ModeDuplex, 1, measureP50, 1.15, false},
+	{"FULL_DUPLEX_STREAMED decision path, 16 streams: throughput tollgate / null", bench.ModeDuplex, 16, measureThroughput, 0.95, true},
+}
+
+// e2eTargetFor returns the target on measure of mode m at concurrency c.
+func e2eTargetFor(m bench.Mode, c int, measure e2eMeasure) (e2eTarget, bool) {
+	for _, t := range e2eTargets {
+		if t.mode == m && t.conc == c && t.measure == measure {
+			return t, true
+		}
+	}
+	return e2eTarget{}, false
+}
+
+// Held-request and core targets.
+const (
+	heldTargetSize       = 10000    // held requests the held targets are read at
+	heldRSSTarget        = 16 << 10 // bytes of RSS per held request
+	heldGoroutinesTarget = 1.0      // goroutines per held request
+)
+
+// Names of the targets outside the end-to-end phase.
+var (
+	heldRSSTargetName        = fmt.Sprintf("Held requests, %s held: RSS per held request", bench.FormatCount(heldTargetSize))
+	heldGoroutinesTargetName = fmt.Sprintf("Held requests, %s held: goroutines per held request", bench.FormatCount(heldTargetSize))
+	coreAllocsTargetName     = "Scheduling core: allocations per operation (every ring, Submit+dispatch+Done and preemption benchmark)"
+)
+
+// goroutinesMet compares a goroutines-per-held-request figure with the
+// target to the two decimals it is printed with: the server's own
+// goroutines that come and go while N requests are held move it by a few
+// per N.
+func goroutinesMet(v float64) bool {
+	return math.Round(v*100)/100 <= heldGoroutinesTarget
+}
+
+// newTargets lists every target of the run, none measured yet.
+func newTargets() []bench.Target {
+	var ts []bench.Target
+	for _, t := range e2eTargets {
+		ts = append(ts, bench.Target{Name: t.name, Bound: t.boundText()})
+	}
+	return append(ts,
+		bench.Target{Name: heldRSSTargetName, Bound: "≤ " + bench.FormatBytes(heldRSSTarget)},
+		bench.Target{Name: heldGoroutinesTargetName, Bound: fmt.Sprintf("≤ %.0f", heldGoroutinesTarget)},
+		bench.Target{Name: coreAllocsTargetName, Bound: "0"},
+	)
+}
+
+// measured records the figure of the target called name.
+func (r *runner) measured(name, value string, met bool) {
+	for i := range r.report.Targets {
+		if r.report.Targets[i].Name == name {
+			r.report.Targets[i].Value, r.report.Targets[i].Met = value, met
+			return
+		}
+	}
+	panic("tollbench: no target " + name)
+}
