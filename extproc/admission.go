@@ -59,10 +59,8 @@ type admission struct {
 	state admissionState
 	// firstToken is set once the first token was reported (in flight).
 	firstToken bool
-	// decision is the scheduler's dispatch or reject; target is where a
-	// dispatch goes.
-	decision sched.Action
-	target   target
+	// decision is the scheduler's dispatch or reject; nil before it.
+	decision *decision
 }
 
 // submitted records that the request was handed to the dispatcher.
@@ -103,8 +101,8 @@ func (a *admission) decide(n notice) bool {
 	if !a.waiting() {
 		return false
 	}
-	a.decision, a.target = n.action, n.target
-	if n.action.Kind == sched.ActionDispatch {
+	a.decision = n.decision
+	if n.decision.action.Kind == sched.ActionDispatch {
 		a.state = admissionInFlight
 	} else {
 		a.state = admissionReleased // a rejected request holds nothing

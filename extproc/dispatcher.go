@@ -47,11 +47,17 @@ const (
 
 // notice is one message from the dispatcher to a stream. A request gets
 // each kind at most once, in the order above, so a box of noticeCap never
-// fills and the dispatcher never waits on a stream.
+// fills and the dispatcher never waits on a stream. Notices are small: a
+// held request keeps its box.
 type notice struct {
 	kind noticeKind
-	// action is the scheduler's dispatch or reject (noticeDecided), with
-	// Fallbacks resolved into target.
+	// decision is set for noticeDecided.
+	decision *decision
+}
+
+// decision is the scheduler's dispatch or reject of one request.
+type decision struct {
+	// action has its Fallbacks resolved into target (nil here).
 	action sched.Action
 	target target
 }
@@ -259,8 +265,8 @@ func (d *dispatcher) handle(ev event) {
 func (d *dispatcher) submit(now time.Time, ev event) {
 	if ev.subset != nil {
 		if ev.req.AllowedWorkers = d.workers.allowed(ev.subset); ev.req.AllowedWorkers == nil {
-			ev.box <- notice{kind: noticeDecided, action: sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeNoEndpoints,
-				Priority: ev.req.Priority, Model: ev.req.Model, Message: subsetUnmatched}}
+			ev.box <- notice{kind: noticeDecided, decision: &decision{action: sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeNoEndpoints,
+				Priority: ev.req.Priority, Model: ev.req.Model, Message: subsetUnmatched}}}
 			return
 		}
 	}
@@ -342,18 +348,20 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 				d.log.Error("dispatch to a worker outside the worker set", "request", a.ID, "worker", a.Worker)
 				rej := *a
 				rej.Kind, rej.Outcome, rej.Message, rej.Fallbacks = sched.ActionReject, sched.OutcomeNoEndpoints, "no endpoints available to route work", nil
-				d.tell(a.ID, notice{kind: noticeDecided, action: rej})
+				d.tell(a.ID, notice{kind: noticeDecided, decision: &decision{action: rej}})
 				delete(d.boxes, a.ID)
 				d.cancels = append(d.cancels, a.ID)
 				continue
 			}
 			// a.Fallbacks is the scheduler's: resolve it before its next call.
-			n := notice{kind: noticeDecided, action: *a, target: d.workers.withFallbacks(tg, a.Fallbacks)}
-			n.action.Fallbacks = nil
-			d.tell(a.ID, n)
+			dc := &decision{action: *a, target: d.workers.withFallbacks(tg, a.Fallbacks)}
+			dc.action.Fallbacks = nil
+			d.tell(a.ID, notice{kind: noticeDecided, decision: dc})
 		case sched.ActionReject:
-			d.tell(a.ID, notice{kind: noticeDecided, action: *a})
-			delete(d.boxes, a.ID)
+			if d.boxes[a.ID] != nil {
+				d.tell(a.ID, notice{kind: noticeDecided, decision: &decision{action: *a}})
+				delete(d.boxes, a.ID)
+			}
 		case sched.ActionPreempt:
 			d.tell(a.ID, notice{kind: noticePreempted})
 			delete(d.boxes, a.ID)
@@ -403,10 +411,10 @@ func (n notice) String() string {
 	case noticePreempted:
 		return "preempted"
 	case noticeDecided:
-		if n.action.Kind == sched.ActionDispatch {
-			return "dispatched:" + n.target.address
+		if n.decision.action.Kind == sched.ActionDispatch {
+			return "dispatched:" + n.decision.target.address
 		}
-		return "rejected:" + n.action.Outcome.String()
+		return "rejected:" + n.decision.action.Outcome.String()
 	}
 	return fmt.Sprintf("notice(%d)", uint8(n.kind))
 }

@@ -265,7 +265,7 @@ func (x *exchange) waiting() bool { return x.stage == stageWaiting }
 // it is in flight, has no first token, and its class can be a victim. The
 // stream loop then also watches for notices while it receives.
 func (x *exchange) preemptible() bool {
-	return x.adm.inFlight() && !x.adm.firstToken && x.p.preemptible[x.adm.decision.Priority]
+	return x.adm.inFlight() && !x.adm.firstToken && x.p.preemptible[x.adm.decision.action.Priority]
 }
 
 // onExpire acts at the deadline: extend Envoy's timer once if it allows,
@@ -328,7 +328,7 @@ func (x *exchange) onDecided(now time.Time, n notice) step {
 	if !x.adm.decide(n) {
 		return step{} // answered already; the release undoes a dispatch
 	}
-	a := &x.adm.decision
+	a := &x.adm.decision.action
 	if a.Kind != sched.ActionDispatch {
 		rej, ok := rejectionFor(a)
 		if !ok {
@@ -339,9 +339,10 @@ func (x *exchange) onDecided(now time.Time, n notice) step {
 	if x.p.cfg.Sched.Fairness.Enabled {
 		x.p.metrics.observeServed(a, x.who.flow)
 	}
-	x.env.routed(now, n.target.worker, x.plan)
+	t := x.adm.decision.target
+	x.env.routed(now, t.worker, x.plan)
 	x.p.metrics.admission.WithLabelValues("admitted").Observe(now.Sub(x.start).Seconds())
-	return step{send: x.routeReplies(n.target)}
+	return step{send: x.routeReplies(t)}
 }
 
 // preempt ends an admitted request chosen as a victim with SMG's 503

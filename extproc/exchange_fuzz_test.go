@@ -160,7 +160,7 @@ func (r *exchangeRun) envoy(m *extprocv3.ProcessingRequest, kind string) {
 }
 
 func (r *exchangeRun) notice(n notice) {
-	if n.kind == noticeDecided && n.action.Kind == sched.ActionReject && r.x.adm.waiting() {
+	if n.kind == noticeDecided && n.decision.action.Kind == sched.ActionReject && r.x.adm.waiting() {
 		r.settled = true
 	}
 	r.apply(n.String(), r.x.onNotice(r.now, n, false))

@@ -201,7 +201,7 @@ func (x *exchange) compareUsage() {
 	actual := float64(u.PromptTokens)
 	x.p.observeCostError(x.plan.req.Model, (float64(x.plan.estimate)-actual)/actual)
 	// The cached tokens the scheduler priced the request on.
-	x.p.metrics.cachedError.Observe((float64(x.adm.decision.Cached) - float64(u.CachedTokens)) / actual)
+	x.p.metrics.cachedError.Observe((float64(x.adm.decision.action.Cached) - float64(u.CachedTokens)) / actual)
 	if !x.plan.exact && x.plan.textBytes > 0 {
 		x.p.tok.Observe(x.plan.req.Model, x.plan.textBytes, u.PromptTokens)
 	}

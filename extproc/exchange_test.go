@@ -362,7 +362,7 @@ func TestExchange_MultiRankWorkerGetsTheRankHeader(t *testing.T) {
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false))
 	feed(t, x, reqBody(chatBody, true))
 	st := dispatched(false)
-	st.target.rank, st.target.multiRank = 3, true
+	st.decision.target.rank, st.decision.target.multiRank = 3, true
 	mut := tell(x, t0, st).send[0].GetRequestBody().GetResponse().GetHeaderMutation()
 	want := map[string]string{headerDestination: "10.0.0.7:8000", headerUpstreamRank: "3"}
 	if diff := cmp.Diff(want, headerMap(mut)); diff != "" {

@@ -163,14 +163,14 @@ var preempted = notice{kind: noticePreempted}
 
 // dispatched is the notice of a dispatch to 10.0.0.7:8000.
 func dispatched(wasQueued bool) notice {
-	return notice{kind: noticeDecided,
+	return notice{kind: noticeDecided, decision: &decision{
 		action: sched.Action{Kind: sched.ActionDispatch, ID: 7, Worker: "w0", Outcome: sched.OutcomeAdmitted, Queued: wasQueued},
-		target: target{worker: "w0", address: "10.0.0.7:8000"}}
+		target: target{worker: "w0", address: "10.0.0.7:8000"}}}
 }
 
 func rejected(a sched.Action) notice {
 	a.Kind, a.ID = sched.ActionReject, 7
-	return notice{kind: noticeDecided, action: a}
+	return notice{kind: noticeDecided, decision: &decision{action: a}}
 }
 
 // tell gives the exchange a notice with no other one waiting.

@@ -146,7 +146,7 @@ func (x *exchange) followServed(now time.Time, md *corev3.Metadata) {
 	if !ok || !x.adm.inFlight() {
 		return
 	}
-	t := &x.adm.target
+	t := &x.adm.decision.target
 	served := strings.TrimSpace(v.GetStringValue())
 	if served == t.address {
 		return
