@@ -1,8 +1,8 @@
 // Package memnet is an in-memory network for tests that run in a
 // testing/synctest bubble, where a goroutine blocked on a socket would keep
-// the fake clock from moving. Listeners get IP:port addresses in TEST-NET-1
-// (192.0.2.0/24) that Dial reaches; an address nothing listens on refuses
-// the connection as TCP would. Nothing touches a socket.
+// the fake clock from moving. Listeners get addresses Host:port that Dial
+// reaches; an address nothing listens on refuses the connection as TCP
+// would. Nothing touches a socket.
 package memnet
 
 import (
@@ -15,8 +15,15 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 )
 
-// bufferSize is each connection direction's buffer.
-const bufferSize = 1 << 20
+const (
+	// Host is the IP of every address (in TEST-NET-1, 192.0.2.0/24, which
+	// no real network routes).
+	Host = "192.0.2.1"
+	// firstPort is the first port given out.
+	firstPort = 10000
+	// bufferSize is each connection direction's buffer.
+	bufferSize = 1 << 20
+)
 
 // Network is a set of in-memory listeners. Its methods are safe for
 // concurrent use; the zero value is ready.
@@ -39,12 +46,17 @@ func (n *Network) Listen() (net.Listener, string) {
 	return l, addr
 }
 
-// Reserve returns a fresh address that nothing listens on.
+// Reserve returns a fresh address that nothing listens on. A Network has
+// 55,535 addresses.
 func (n *Network) Reserve() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	port := firstPort + n.next
+	if port > 65535 {
+		panic("memnet: out of ports")
+	}
 	n.next++
-	return fmt.Sprintf("192.0.2.%d:%d", 1+n.next/50000, 10000+n.next%50000)
+	return net.JoinHostPort(Host, fmt.Sprint(port))
 }
 
 // Dial connects to the listener at addr. A closed listener or an address
