@@ -188,44 +188,46 @@ func TestObjectiveSource_BoundsTheObjects(t *testing.T) {
 // the missing API is logged once however often the list is retried, and
 // once the API appears its objects are read.
 func TestObjectiveSource_MissingAPI(t *testing.T) {
-	dyn := newPoolDynamic(inferencePool("pool", 8000), inferenceObjective("chat", "pool", ptr(int64(3))))
-	var installed atomic.Bool
-	var lists atomic.Int32
-	dyn.PrependReactor("list", "inferenceobjectives", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if installed.Load() {
-			return false, nil, nil
+	synctest.Test(t, func(t *testing.T) {
+		dyn := newPoolDynamic(inferencePool("pool", 8000), inferenceObjective("chat", "pool", ptr(int64(3))))
+		var installed atomic.Bool
+		var lists atomic.Int32
+		dyn.PrependReactor("list", "inferenceobjectives", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if installed.Load() {
+				return false, nil, nil
+			}
+			lists.Add(1)
+			return true, nil, apierrors.NewNotFound(InferenceObjectiveGVR.GroupResource(), "")
+		})
+		logs := &logBuffer{}
+		workers := newRecorder(nil)
+		pools, err := NewPoolSource(SourceConfig{Client: fake.NewClientset(pod("a", "10.0.0.1")), Namespace: ns, Apply: workers.apply,
+			Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn, "pool")
+		if err != nil {
+			t.Fatal(err)
 		}
-		lists.Add(1)
-		return true, nil, apierrors.NewNotFound(InferenceObjectiveGVR.GroupResource(), "")
+		rec := newObjRecorder()
+		objectives, err := NewObjectiveSource(ObjectiveConfig{Namespace: ns, Pool: "pool", Apply: rec.apply,
+			Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runWorkerSource(t, pools)
+		runObjectiveSource(t, objectives)
+		workers.await(t, "llm/a@10.0.0.1:8000")
+		eventually(t, 10*time.Second, "a retried list", func() bool { return lists.Load() >= 2 })
+		if n := logs.count("the InferenceObjective API is not installed"); n != 1 {
+			t.Errorf("missing API logged %d times after %d lists, want once:\n%s", n, lists.Load(), logs)
+		}
+		rec.mu.Lock()
+		calls := rec.calls
+		rec.mu.Unlock()
+		if calls != 0 {
+			t.Errorf("a mapping was applied without the API")
+		}
+		installed.Store(true)
+		rec.await(t, policy.Objectives{"chat": sched.PriorityInteractive})
 	})
-	logs := &logBuffer{}
-	workers := newRecorder(nil)
-	pools, err := NewPoolSource(SourceConfig{Client: fake.NewClientset(pod("a", "10.0.0.1")), Namespace: ns, Apply: workers.apply,
-		Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn, "pool")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := newObjRecorder()
-	objectives, err := NewObjectiveSource(ObjectiveConfig{Namespace: ns, Pool: "pool", Apply: rec.apply,
-		Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runWorkerSource(t, pools)
-	runObjectiveSource(t, objectives)
-	workers.await(t, "llm/a@10.0.0.1:8000")
-	eventually(t, 10*time.Second, "a retried list", func() bool { return lists.Load() >= 2 })
-	if n := logs.count("the InferenceObjective API is not installed"); n != 1 {
-		t.Errorf("missing API logged %d times after %d lists, want once:\n%s", n, lists.Load(), logs)
-	}
-	rec.mu.Lock()
-	calls := rec.calls
-	rec.mu.Unlock()
-	if calls != 0 {
-		t.Errorf("a mapping was applied without the API")
-	}
-	installed.Store(true)
-	rec.await(t, policy.Objectives{"chat": sched.PriorityInteractive})
 }
 
 func TestNewObjectiveSource_ReportsEveryProblem(t *testing.T) {
