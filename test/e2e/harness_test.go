@@ -404,49 +404,30 @@ func (s *stack) await(ch <-chan result) result {
 	return result{}
 }
 
-// waitStats returns the scheduler's state once ok holds. In memory it is
-// the state once every goroutine waits, which ok must accept; over TCP it
-// polls.
+// waitStats returns the scheduler's state once every goroutine of the
+// test's bubble waits; ok must accept it. In-memory stacks only.
 func (s *stack) waitStats(what string, ok func(sched.Stats) bool) sched.Stats {
 	s.t.Helper()
-	if s.net != nil {
-		synctest.Wait()
-		st, got := s.srv.Stats(context.Background())
-		if !got || !ok(st) {
-			s.t.Fatalf("scheduler not %s once every goroutine waits: %+v", what, st)
-		}
-		return st
+	if s.net == nil {
+		s.t.Fatal("waitStats needs an in-memory stack in a testing/synctest bubble")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, got := s.srv.Stats(context.Background())
-		if got && ok(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("scheduler not %s: %+v", what, st)
-		}
-		time.Sleep(5 * time.Millisecond)
+	synctest.Wait()
+	st, got := s.srv.Stats(context.Background())
+	if !got || !ok(st) {
+		s.t.Fatalf("scheduler not %s once every goroutine waits: %+v", what, st)
 	}
+	return st
 }
 
-// waitSim waits until the simulated Envoy's counters satisfy ok, as
-// waitStats does.
+// waitSim checks the simulated Envoy's counters as waitStats does.
 func (s *stack) waitSim(what string, ok func(envoysim.Stats) bool) {
 	s.t.Helper()
-	if s.net != nil {
-		synctest.Wait()
-		if st := s.sim.Stats(); !ok(st) {
-			s.t.Fatalf("envoy not %s once every goroutine waits: %+v", what, st)
-		}
-		return
+	if s.net == nil {
+		s.t.Fatal("waitSim needs an in-memory stack in a testing/synctest bubble")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok(s.sim.Stats()) {
-		if time.Now().After(deadline) {
-			s.t.Fatalf("envoy not %s: %+v", what, s.sim.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
+	synctest.Wait()
+	if st := s.sim.Stats(); !ok(st) {
+		s.t.Fatalf("envoy not %s once every goroutine waits: %+v", what, st)
 	}
 }
 
@@ -468,26 +449,46 @@ func (s *stack) parked(n int) {
 
 // waitIdle checks that the scheduler holds nothing: no slot, no queued
 // request, no booking on any worker rank.
+//
+// Over TCP it first waits until every ext_proc stream has ended, which the
+// simulated Envoy does by itself once every request is complete.
 func (s *stack) waitIdle() {
 	s.t.Helper()
-	s.waitStats("idle", func(st sched.Stats) bool {
-		for p := range sched.NumPriorities {
-			if st.InFlight[p] != 0 || st.QueueDepth[p] != 0 {
-				return false
-			}
+	if s.net == nil {
+		ended := make(chan struct{})
+		go func() { s.srv.Wait(); close(ended) }()
+		select {
+		case <-ended:
+		case <-time.After(10 * time.Second):
+			s.t.Fatal("ext_proc streams still open 10 s after the test")
 		}
-		for _, q := range st.Queues {
-			if q.Requests != 0 || q.ISLTokens != 0 || q.CachedTokens != 0 {
-				return false
-			}
+		st, _ := s.srv.Stats(context.Background())
+		if !idle(st) {
+			s.t.Fatalf("scheduler not idle after every stream ended: %+v", st)
 		}
-		for _, r := range st.Ranks {
-			if r.ActiveRequests != 0 || r.ActivePrefillTokens != 0 || r.ActiveBlocks != 0 {
-				return false
-			}
+		return
+	}
+	s.waitStats("idle", idle)
+}
+
+// idle reports whether the scheduler holds nothing.
+func idle(st sched.Stats) bool {
+	for p := range sched.NumPriorities {
+		if st.InFlight[p] != 0 || st.QueueDepth[p] != 0 {
+			return false
 		}
-		return true
-	})
+	}
+	for _, q := range st.Queues {
+		if q.Requests != 0 || q.ISLTokens != 0 || q.CachedTokens != 0 {
+			return false
+		}
+	}
+	for _, r := range st.Ranks {
+		if r.ActiveRequests != 0 || r.ActivePrefillTokens != 0 || r.ActiveBlocks != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // errorBody decodes the SMG / OpenAI error object of a response.
