@@ -139,7 +139,7 @@ func TestServe_ReadyThenDrains(t *testing.T) {
 	addrs := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, &o, st, log, func(_, metrics string) { addrs <- metrics })
+		done <- serve(ctx, &o, st, log, func(_, metrics string) { addrs <- metrics }, nil)
 	}()
 	var metrics string
 	select {

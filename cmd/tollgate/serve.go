@@ -40,15 +40,19 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	for _, w := range st.warnings {
 		log.Warn(w)
 	}
-	return serve(ctx, &o, st, log, nil)
+	return serve(ctx, &o, st, log, nil, nil)
 }
 
 // listening, when non-nil, receives the bound gRPC and metrics addresses
 // once both listeners are up (tests use it with ":0" addresses).
 type listening func(grpcAddr, metricsAddr string)
 
+// listenFunc opens the gRPC and metrics listeners. Nil means TCP; tests give
+// in-memory listeners to run serve on testing/synctest's fake time.
+type listenFunc func(ctx context.Context, network, address string) (net.Listener, error)
+
 // serve runs the server described by st until ctx ends, then drains.
-func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up listening) error {
+func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up listening, listen listenFunc) error {
 	kv, err := o.kvEvents.manager(int(st.cfg.Sched.BlockSize), log)
 	if err != nil {
 		return err
@@ -68,12 +72,15 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 	gs := grpc.NewServer(gopts...)
 	srv.Register(gs)
 
-	var lc net.ListenConfig
-	gl, err := lc.Listen(ctx, "tcp", o.grpcAddr)
+	if listen == nil {
+		var lc net.ListenConfig
+		listen = lc.Listen
+	}
+	gl, err := listen(ctx, "tcp", o.grpcAddr)
 	if err != nil {
 		return fmt.Errorf("grpc listener: %w", err)
 	}
-	ml, err := lc.Listen(ctx, "tcp", o.metricsAddr)
+	ml, err := listen(ctx, "tcp", o.metricsAddr)
 	if err != nil {
 		_ = gl.Close()
 		return fmt.Errorf("metrics listener: %w", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -306,87 +307,90 @@ func TestEndpointSliceSource_FollowsEndpoints(t *testing.T) {
 }
 
 func TestEndpointSliceSource_SelectorAcrossServices(t *testing.T) {
-	tr := ptr(true)
-	e := startSliceSource(t, SliceSelection{Selector: "app=vllm"},
-		pod("a", "10.0.0.1"), pod("b", "10.0.0.2"),
-		slice("s1-1", "s1", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}),
-		slice("s2-1", "s2", 9000, ep{pod: "b", ip: "10.0.0.2", ready: tr}))
-	e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:9000")
-	other := slice("s3-1", "s3", 7000, ep{pod: "a", ip: "10.0.0.1", ready: tr})
-	other.Labels["app"] = "web"
-	e.putSlice(other)
-	e.putPod(pod("z", "10.0.0.9")) // a later event, to prove the unselected slice was seen and skipped
-	time.Sleep(50 * time.Millisecond)
-	if ws, _ := e.rec.last(); summary(ws) != "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:9000" {
-		t.Errorf("a slice outside the selector changed the set to %q", summary(ws))
-	}
+	synctest.Test(t, func(t *testing.T) {
+		tr := ptr(true)
+		e := startSliceSource(t, SliceSelection{Selector: "app=vllm"},
+			pod("a", "10.0.0.1"), pod("b", "10.0.0.2"),
+			slice("s1-1", "s1", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}),
+			slice("s2-1", "s2", 9000, ep{pod: "b", ip: "10.0.0.2", ready: tr}))
+		e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:9000")
+		other := slice("s3-1", "s3", 7000, ep{pod: "a", ip: "10.0.0.1", ready: tr})
+		other.Labels["app"] = "web"
+		e.putSlice(other)
+		e.putPod(pod("z", "10.0.0.9"))
+		settle()
+		if ws, _ := e.rec.last(); summary(ws) != "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:9000" {
+			t.Errorf("a slice outside the selector changed the set to %q", summary(ws))
+		}
+	})
 }
 
 func TestEndpointSliceSource_AnnotationChanges(t *testing.T) {
-	tr := ptr(true)
-	e := startSliceSource(t, SliceSelection{Service: "vllm"},
-		pod("a", "10.0.0.1"), pod("b", "10.0.0.2"),
-		slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}, ep{pod: "b", ip: "10.0.0.2", ready: tr}))
-	e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
+	synctest.Test(t, func(t *testing.T) {
+		tr := ptr(true)
+		e := startSliceSource(t, SliceSelection{Service: "vllm"},
+			pod("a", "10.0.0.1"), pod("b", "10.0.0.2"),
+			slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}, ep{pod: "b", ip: "10.0.0.2", ready: tr}))
+		e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
 
-	// New capacity and a new id.
-	e.putPod(pod("a", "10.0.0.1", AnnotationMaxRunningRequests, "16", AnnotationWorkerID, "gpu-a", AnnotationModel, "qwen"))
-	ws := e.rec.await(t, "gpu-a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
-	if ws[0].MaxRunningRequests != 16 || ws[0].Model != "qwen" {
-		t.Errorf("annotations not applied: %+v", ws[0])
-	}
+		// New capacity and a new id.
+		e.putPod(pod("a", "10.0.0.1", AnnotationMaxRunningRequests, "16", AnnotationWorkerID, "gpu-a", AnnotationModel, "qwen"))
+		ws := e.rec.await(t, "gpu-a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
+		if ws[0].MaxRunningRequests != 16 || ws[0].Model != "qwen" {
+			t.Errorf("annotations not applied: %+v", ws[0])
+		}
 
-	// A bad value leaves the pod out, logged once however often it is rebuilt.
-	e.putPod(pod("a", "10.0.0.1", AnnotationMaxRunningRequests, "sixteen"))
-	e.rec.await(t, "llm/b@10.0.0.2:8000")
-	for i := range 3 {
-		e.putPod(pod("b", "10.0.0.2", AnnotationMaxRunningRequests, "8", "touch", string(rune('a'+i))))
-		time.Sleep(30 * time.Millisecond)
-	}
-	if n := e.logs.count(`max-running-requests=\"sixteen\"`); n != 1 {
-		t.Errorf("bad annotation logged %d times, want 1:\n%s", n, e.logs)
-	}
-	e.putPod(pod("a", "10.0.0.1"))
-	e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
-	if !strings.Contains(e.logs.String(), "problem resolved") {
-		t.Errorf("resolution not logged:\n%s", e.logs)
-	}
+		// A bad value leaves the pod out, logged once however often it is rebuilt.
+		e.putPod(pod("a", "10.0.0.1", AnnotationMaxRunningRequests, "sixteen"))
+		e.rec.await(t, "llm/b@10.0.0.2:8000")
+		for i := range 3 {
+			e.putPod(pod("b", "10.0.0.2", AnnotationMaxRunningRequests, "8", "touch", string(rune('a'+i))))
+			settle() // one rebuild per change
+		}
+		if n := e.logs.count(`max-running-requests=\"sixteen\"`); n != 1 {
+			t.Errorf("bad annotation logged %d times, want 1:\n%s", n, e.logs)
+		}
+		e.putPod(pod("a", "10.0.0.1"))
+		e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
+		if !strings.Contains(e.logs.String(), "problem resolved") {
+			t.Errorf("resolution not logged:\n%s", e.logs)
+		}
 
-	// Two pods claiming one id: the set is invalid, the old one stays.
-	e.putPod(pod("a", "10.0.0.1", AnnotationWorkerID, "same"))
-	e.rec.await(t, "llm/b@10.0.0.2:8000 same@10.0.0.1:8000")
-	before := e.rec.calls()
-	e.putPod(pod("b", "10.0.0.2", AnnotationWorkerID, "same"))
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(e.logs.String(), "worker set rejected") {
-		if time.Now().After(deadline) {
+		// Two pods claiming one id: the set is invalid, the old one stays.
+		e.putPod(pod("a", "10.0.0.1", AnnotationWorkerID, "same"))
+		e.rec.await(t, "llm/b@10.0.0.2:8000 same@10.0.0.1:8000")
+		before := e.rec.calls()
+		e.putPod(pod("b", "10.0.0.2", AnnotationWorkerID, "same"))
+		settle()
+		if !strings.Contains(e.logs.String(), "worker set rejected") {
 			t.Fatalf("duplicate ids not rejected:\n%s", e.logs)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if ws, _ := e.rec.last(); e.rec.calls() != before || summary(ws) != "llm/b@10.0.0.2:8000 same@10.0.0.1:8000" {
-		t.Errorf("a rejected set replaced the old one: %q", summary(ws))
-	}
-	if !strings.Contains(e.logs.String(), `duplicate id`) {
-		t.Errorf("rejection reason not logged:\n%s", e.logs)
-	}
-	e.putPod(pod("b", "10.0.0.2", AnnotationWorkerID, "other"))
-	e.rec.await(t, "other@10.0.0.2:8000 same@10.0.0.1:8000")
+		if ws, _ := e.rec.last(); e.rec.calls() != before || summary(ws) != "llm/b@10.0.0.2:8000 same@10.0.0.1:8000" {
+			t.Errorf("a rejected set replaced the old one: %q", summary(ws))
+		}
+		if !strings.Contains(e.logs.String(), `duplicate id`) {
+			t.Errorf("rejection reason not logged:\n%s", e.logs)
+		}
+		e.putPod(pod("b", "10.0.0.2", AnnotationWorkerID, "other"))
+		e.rec.await(t, "other@10.0.0.2:8000 same@10.0.0.1:8000")
+	})
 }
 
 func TestEndpointSliceSource_UnchangedSetIsNotReapplied(t *testing.T) {
-	tr := ptr(true)
-	e := startSliceSource(t, SliceSelection{Service: "vllm"},
-		pod("a", "10.0.0.1"), slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}))
-	e.rec.await(t, "llm/a@10.0.0.1:8000")
-	p := pod("a", "10.0.0.1")
-	p.Labels["touched"] = "yes"
-	e.putPod(p)
-	e.putPod(pod("unrelated", "10.0.0.99"))
-	time.Sleep(60 * time.Millisecond)
-	if n := e.rec.calls(); n != 1 {
-		t.Errorf("applied %d times, want 1", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		tr := ptr(true)
+		e := startSliceSource(t, SliceSelection{Service: "vllm"},
+			pod("a", "10.0.0.1"), slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}))
+		e.rec.await(t, "llm/a@10.0.0.1:8000")
+		p := pod("a", "10.0.0.1")
+		p.Labels["touched"] = "yes"
+		e.putPod(p)
+		e.putPod(pod("unrelated", "10.0.0.99"))
+		settle()
+		if n := e.rec.calls(); n != 1 {
+			t.Errorf("applied %d times, want 1", n)
+		}
+	})
 }
 
 func TestNewEndpointSliceSource_ReportsEveryProblem(t *testing.T) {
@@ -402,41 +406,39 @@ func TestNewEndpointSliceSource_ReportsEveryProblem(t *testing.T) {
 }
 
 func TestSource_ReportsListFailuresAndStopsPromptly(t *testing.T) {
-	client := fake.NewClientset()
-	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("RBAC: access denied"))
-	})
-	logs := &logBuffer{}
-	rec := newRecorder(nil)
-	src, err := NewEndpointSliceSource(SourceConfig{Client: client, Namespace: ns, Apply: rec.apply, Logger: logs.logger()},
-		SliceSelection{Service: "vllm"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(logs.String(), "forbidden") {
-		if time.Now().After(deadline) {
+	synctest.Test(t, func(t *testing.T) {
+		client := fake.NewClientset()
+		client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("RBAC: access denied"))
+		})
+		logs := &logBuffer{}
+		rec := newRecorder(nil)
+		src, err := NewEndpointSliceSource(SourceConfig{Client: client, Namespace: ns, Apply: rec.apply, Logger: logs.logger()},
+			SliceSelection{Service: "vllm"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- src.Run(ctx) }()
+		settle()
+		if !strings.Contains(logs.String(), "forbidden") {
 			cancel()
 			t.Fatalf("list failure not logged (Run: %v):\n%s", <-done, logs)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !strings.Contains(logs.String(), `resource=pods`) {
-		t.Errorf("failure does not name the resource:\n%s", logs)
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
+		if !strings.Contains(logs.String(), `resource=pods`) {
+			t.Errorf("failure does not name the resource:\n%s", logs)
+		}
+		cancel()
+		cancelled := time.Now()
+		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
-	case <-time.After(time.Second):
-		t.Fatal("Run did not return within 1s of cancel")
-	}
-	if rec.calls() != 0 {
-		t.Errorf("a worker set was applied before the caches were complete")
-	}
+		if took := time.Since(cancelled); took > time.Second {
+			t.Fatalf("Run returned %v after cancel, want within 1s", took)
+		}
+		if rec.calls() != 0 {
+			t.Errorf("a worker set was applied before the caches were complete")
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -92,6 +93,16 @@ func (r *recorder) await(t *testing.T, want string) []extproc.Worker {
 			t.Fatalf("worker set is %q, want %q", summary(ws), want)
 		}
 	}
+}
+
+// settle lets a source inside a testing/synctest bubble finish with what it
+// was sent: every goroutine waits, then the fake clock passes any debounce
+// (a second is far more than the tests use) and everything settles again.
+// Run in a bubble only.
+func settle() {
+	synctest.Wait()
+	time.Sleep(time.Second)
+	synctest.Wait()
 }
 
 // summary renders a worker set as "id@address ..." for compact checks.

@@ -125,7 +125,10 @@ func startReplica(t *testing.T, client *fake.Clientset, c *cluster, id string) *
 	return r
 }
 
-// eventually waits up to d for cond.
+// eventually waits up to d for cond and returns how long that took. Run it
+// in a testing/synctest bubble only: it checks cond every 5 ms of the fake
+// clock, as client-go's leader election retries at jittered (random)
+// instants that a test cannot name in advance.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()

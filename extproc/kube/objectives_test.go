@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -187,44 +188,46 @@ func TestObjectiveSource_BoundsTheObjects(t *testing.T) {
 // the missing API is logged once however often the list is retried, and
 // once the API appears its objects are read.
 func TestObjectiveSource_MissingAPI(t *testing.T) {
-	dyn := newPoolDynamic(inferencePool("pool", 8000), inferenceObjective("chat", "pool", ptr(int64(3))))
-	var installed atomic.Bool
-	var lists atomic.Int32
-	dyn.PrependReactor("list", "inferenceobjectives", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if installed.Load() {
-			return false, nil, nil
+	synctest.Test(t, func(t *testing.T) {
+		dyn := newPoolDynamic(inferencePool("pool", 8000), inferenceObjective("chat", "pool", ptr(int64(3))))
+		var installed atomic.Bool
+		var lists atomic.Int32
+		dyn.PrependReactor("list", "inferenceobjectives", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if installed.Load() {
+				return false, nil, nil
+			}
+			lists.Add(1)
+			return true, nil, apierrors.NewNotFound(InferenceObjectiveGVR.GroupResource(), "")
+		})
+		logs := &logBuffer{}
+		workers := newRecorder(nil)
+		pools, err := NewPoolSource(SourceConfig{Client: fake.NewClientset(pod("a", "10.0.0.1")), Namespace: ns, Apply: workers.apply,
+			Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn, "pool")
+		if err != nil {
+			t.Fatal(err)
 		}
-		lists.Add(1)
-		return true, nil, apierrors.NewNotFound(InferenceObjectiveGVR.GroupResource(), "")
+		rec := newObjRecorder()
+		objectives, err := NewObjectiveSource(ObjectiveConfig{Namespace: ns, Pool: "pool", Apply: rec.apply,
+			Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runWorkerSource(t, pools)
+		runObjectiveSource(t, objectives)
+		workers.await(t, "llm/a@10.0.0.1:8000")
+		eventually(t, 10*time.Second, "a retried list", func() bool { return lists.Load() >= 2 })
+		if n := logs.count("the InferenceObjective API is not installed"); n != 1 {
+			t.Errorf("missing API logged %d times after %d lists, want once:\n%s", n, lists.Load(), logs)
+		}
+		rec.mu.Lock()
+		calls := rec.calls
+		rec.mu.Unlock()
+		if calls != 0 {
+			t.Errorf("a mapping was applied without the API")
+		}
+		installed.Store(true)
+		rec.await(t, policy.Objectives{"chat": sched.PriorityInteractive})
 	})
-	logs := &logBuffer{}
-	workers := newRecorder(nil)
-	pools, err := NewPoolSource(SourceConfig{Client: fake.NewClientset(pod("a", "10.0.0.1")), Namespace: ns, Apply: workers.apply,
-		Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn, "pool")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := newObjRecorder()
-	objectives, err := NewObjectiveSource(ObjectiveConfig{Namespace: ns, Pool: "pool", Apply: rec.apply,
-		Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runWorkerSource(t, pools)
-	runObjectiveSource(t, objectives)
-	workers.await(t, "llm/a@10.0.0.1:8000")
-	eventually(t, 10*time.Second, "a retried list", func() bool { return lists.Load() >= 2 })
-	if n := logs.count("the InferenceObjective API is not installed"); n != 1 {
-		t.Errorf("missing API logged %d times after %d lists, want once:\n%s", n, lists.Load(), logs)
-	}
-	rec.mu.Lock()
-	calls := rec.calls
-	rec.mu.Unlock()
-	if calls != 0 {
-		t.Errorf("a mapping was applied without the API")
-	}
-	installed.Store(true)
-	rec.await(t, policy.Objectives{"chat": sched.PriorityInteractive})
 }
 
 func TestNewObjectiveSource_ReportsEveryProblem(t *testing.T) {
@@ -241,78 +244,80 @@ func TestNewObjectiveSource_ReportsEveryProblem(t *testing.T) {
 // that name them in the objective header, the flags win, the tenant clamp
 // still applies, and a changed priority takes effect without a restart.
 func TestEndToEnd_ObjectiveClasses(t *testing.T) {
-	tenants, err := policy.NewTenants(policy.TenantOptions{TrustHeader: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := policy.DefaultPriorityFile()
-	file.Tenants["header:red"] = sched.PriorityDefault // red may ask for default at most
-	explicit := policy.Objectives{"pinned": sched.PrioritySystem}
-	s := startStackWith(t, extproc.Config{
-		Sched:      sched.Config{Priority: priorityConfig()},
-		Tenancy:    &extproc.Tenancy{Tenants: tenants, PriorityFile: file, DefaultMaxClass: "system"},
-		Objectives: explicit,
-	})
-	port := s.worker("w0")
-	client := fake.NewClientset(pod("vllm-0", "127.0.0.1", AnnotationMaxRunningRequests, "1"))
-	dyn := newPoolDynamic(inferencePool("pool", int64(port)),
-		inferenceObjective("chat", "pool", ptr(int64(7))),
-		inferenceObjective("batch", "pool", ptr(int64(-2))),
-		inferenceObjective("pinned", "pool", ptr(int64(-5))))
-	workers, err := NewPoolSource(SourceConfig{Client: client, Namespace: ns, Apply: s.srv.SetWorkers, Debounce: 10 * time.Millisecond}, dyn, "pool")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := newObjRecorder()
-	objectives, err := NewObjectiveSource(ObjectiveConfig{Namespace: ns, Pool: "pool", Explicit: explicit, Debounce: 10 * time.Millisecond,
-		Apply: func(o policy.Objectives) error {
-			if err := s.srv.SetObjectives(o); err != nil {
-				return err
-			}
-			return rec.apply(o)
-		}}, dyn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runWorkerSource(t, workers)
-	runObjectiveSource(t, objectives)
-	eventually(t, 5*time.Second, "the server ready", s.srv.Ready)
-	rec.await(t, policy.Objectives{"chat": sched.PriorityInteractive, "batch": sched.PriorityBulk})
-
-	// Hold the only slot; each request after it queues in its class.
-	results := make(chan int, 8)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer s.gate.Open()
-	wg.Go(func() { results <- s.do("X-Hold", "1").Status })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.gate.WaitParked(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	queuedIn := func(what string, want sched.Priority, headers ...string) {
-		t.Helper()
-		before, _ := s.srv.Stats(context.Background())
-		wg.Go(func() { results <- s.do(headers...).Status })
-		s.awaitStats(what, func(st sched.Stats) bool { return st.QueueDepth[want] == before.QueueDepth[want]+1 })
-	}
-	queuedIn("chat → interactive", sched.PriorityInteractive, "x-smg-tenant-id", "blue", "x-llm-d-inference-objective", "chat")
-	queuedIn("batch → bulk", sched.PriorityBulk, "x-smg-tenant-id", "blue", "x-gateway-inference-objective", "batch")
-	queuedIn("the flag wins: pinned → system", sched.PrioritySystem, "x-smg-tenant-id", "blue", "x-llm-d-inference-objective", "pinned")
-	queuedIn("red is clamped: chat → default", sched.PriorityDefault, "x-smg-tenant-id", "red", "x-llm-d-inference-objective", "chat")
-
-	// chat's priority drops below zero: new requests naming it are bulk.
-	if _, err := dyn.Resource(InferenceObjectiveGVR).Namespace(ns).Update(context.Background(),
-		inferenceObjective("chat", "pool", ptr(int64(-1))), metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rec.await(t, policy.Objectives{"chat": sched.PriorityBulk, "batch": sched.PriorityBulk})
-	queuedIn("chat → bulk after the update", sched.PriorityBulk, "x-smg-tenant-id", "blue", "x-llm-d-inference-objective", "chat")
-
-	s.gate.Open()
-	for range 6 {
-		if st := <-results; st != 200 {
-			t.Errorf("status %d, want 200", st)
+	synctest.Test(t, func(t *testing.T) {
+		tenants, err := policy.NewTenants(policy.TenantOptions{TrustHeader: true})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		file := policy.DefaultPriorityFile()
+		file.Tenants["header:red"] = sched.PriorityDefault // red may ask for default at most
+		explicit := policy.Objectives{"pinned": sched.PrioritySystem}
+		s := startStackWith(t, extproc.Config{
+			Sched:      sched.Config{Priority: priorityConfig()},
+			Tenancy:    &extproc.Tenancy{Tenants: tenants, PriorityFile: file, DefaultMaxClass: "system"},
+			Objectives: explicit,
+		})
+		port := s.worker("w0")
+		client := fake.NewClientset(pod("vllm-0", workerIP, AnnotationMaxRunningRequests, "1"))
+		dyn := newPoolDynamic(inferencePool("pool", int64(port)),
+			inferenceObjective("chat", "pool", ptr(int64(7))),
+			inferenceObjective("batch", "pool", ptr(int64(-2))),
+			inferenceObjective("pinned", "pool", ptr(int64(-5))))
+		workers, err := NewPoolSource(SourceConfig{Client: client, Namespace: ns, Apply: s.srv.SetWorkers, Debounce: 10 * time.Millisecond}, dyn, "pool")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := newObjRecorder()
+		objectives, err := NewObjectiveSource(ObjectiveConfig{Namespace: ns, Pool: "pool", Explicit: explicit, Debounce: 10 * time.Millisecond,
+			Apply: func(o policy.Objectives) error {
+				if err := s.srv.SetObjectives(o); err != nil {
+					return err
+				}
+				return rec.apply(o)
+			}}, dyn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runWorkerSource(t, workers)
+		runObjectiveSource(t, objectives)
+		eventually(t, 5*time.Second, "the server ready", s.srv.Ready)
+		rec.await(t, policy.Objectives{"chat": sched.PriorityInteractive, "batch": sched.PriorityBulk})
+
+		// Hold the only slot; each request after it queues in its class.
+		results := make(chan int, 8)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer s.gate.Open()
+		wg.Go(func() { results <- s.do("X-Hold", "1").Status })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.gate.WaitParked(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		queuedIn := func(what string, want sched.Priority, headers ...string) {
+			t.Helper()
+			before, _ := s.srv.Stats(context.Background())
+			wg.Go(func() { results <- s.do(headers...).Status })
+			s.awaitStats(what, func(st sched.Stats) bool { return st.QueueDepth[want] == before.QueueDepth[want]+1 })
+		}
+		queuedIn("chat → interactive", sched.PriorityInteractive, "x-smg-tenant-id", "blue", "x-llm-d-inference-objective", "chat")
+		queuedIn("batch → bulk", sched.PriorityBulk, "x-smg-tenant-id", "blue", "x-gateway-inference-objective", "batch")
+		queuedIn("the flag wins: pinned → system", sched.PrioritySystem, "x-smg-tenant-id", "blue", "x-llm-d-inference-objective", "pinned")
+		queuedIn("red is clamped: chat → default", sched.PriorityDefault, "x-smg-tenant-id", "red", "x-llm-d-inference-objective", "chat")
+
+		// chat's priority drops below zero: new requests naming it are bulk.
+		if _, err := dyn.Resource(InferenceObjectiveGVR).Namespace(ns).Update(context.Background(),
+			inferenceObjective("chat", "pool", ptr(int64(-1))), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rec.await(t, policy.Objectives{"chat": sched.PriorityBulk, "batch": sched.PriorityBulk})
+		queuedIn("chat → bulk after the update", sched.PriorityBulk, "x-smg-tenant-id", "blue", "x-llm-d-inference-objective", "chat")
+
+		s.gate.Open()
+		for range 6 {
+			if st := <-results; st != 200 {
+				t.Errorf("status %d, want 200", st)
+			}
+		}
+	})
 }

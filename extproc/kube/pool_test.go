@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -139,69 +140,68 @@ func (e *poolEnv) putPod(p *corev1.Pod) {
 }
 
 func TestPoolSource_FollowsPoolAndPods(t *testing.T) {
-	other := pod("web", "10.0.0.9")
-	other.Labels = map[string]string{"app": "web"}
-	e := startPoolSource(t, nil, pod("a", "10.0.0.1"), pod("b", "10.0.0.2"), other)
+	synctest.Test(t, func(t *testing.T) {
+		other := pod("web", "10.0.0.9")
+		other.Labels = map[string]string{"app": "web"}
+		e := startPoolSource(t, nil, pod("a", "10.0.0.1"), pod("b", "10.0.0.2"), other)
 
-	// No pool yet: no workers, and the operator is told why.
-	e.rec.await(t, "")
-	if !strings.Contains(e.logs.String(), "not found") {
-		t.Errorf("missing pool not logged:\n%s", e.logs)
-	}
-	e.putPool(inferencePool("pool", 8000))
-	e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
+		// No pool yet: no workers, and the operator is told why.
+		e.rec.await(t, "")
+		if !strings.Contains(e.logs.String(), "not found") {
+			t.Errorf("missing pool not logged:\n%s", e.logs)
+		}
+		e.putPool(inferencePool("pool", 8000))
+		e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
 
-	// Not ready, then terminating, then ready again.
-	nr := pod("b", "10.0.0.2")
-	nr.Status.Conditions[0].Status = corev1.ConditionFalse
-	e.putPod(nr)
-	e.rec.await(t, "llm/a@10.0.0.1:8000")
-	e.putPod(pod("b", "10.0.0.2"))
-	e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
-	term := pod("a", "10.0.0.1")
-	term.DeletionTimestamp = &now
-	e.putPod(term)
-	e.rec.await(t, "llm/b@10.0.0.2:8000")
-	if err := e.client.CoreV1().Pods(ns).Delete(context.Background(), "a", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+		// Not ready, then terminating, then ready again.
+		nr := pod("b", "10.0.0.2")
+		nr.Status.Conditions[0].Status = corev1.ConditionFalse
+		e.putPod(nr)
+		e.rec.await(t, "llm/a@10.0.0.1:8000")
+		e.putPod(pod("b", "10.0.0.2"))
+		e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
+		term := pod("a", "10.0.0.1")
+		term.DeletionTimestamp = &now
+		e.putPod(term)
+		e.rec.await(t, "llm/b@10.0.0.2:8000")
+		if err := e.client.CoreV1().Pods(ns).Delete(context.Background(), "a", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 
-	// Two target ports: one worker per pod and port.
-	e.putPool(inferencePool("pool", 8000, 8001))
-	e.rec.await(t, "llm/b:8000@10.0.0.2:8000 llm/b:8001@10.0.0.2:8001")
+		// Two target ports: one worker per pod and port.
+		e.putPool(inferencePool("pool", 8000, 8001))
+		e.rec.await(t, "llm/b:8000@10.0.0.2:8000 llm/b:8001@10.0.0.2:8001")
 
-	// Annotations apply to every port of the pod.
-	e.putPod(pod("b", "10.0.0.2", AnnotationMaxRunningRequests, "7", AnnotationWorkerID, "gpu-b"))
-	ws := e.rec.await(t, "gpu-b:8000@10.0.0.2:8000 gpu-b:8001@10.0.0.2:8001")
-	if ws[0].MaxRunningRequests != 7 || ws[1].MaxRunningRequests != 7 {
-		t.Errorf("annotations not applied to every port: %+v", ws)
-	}
+		// Annotations apply to every port of the pod.
+		e.putPod(pod("b", "10.0.0.2", AnnotationMaxRunningRequests, "7", AnnotationWorkerID, "gpu-b"))
+		ws := e.rec.await(t, "gpu-b:8000@10.0.0.2:8000 gpu-b:8001@10.0.0.2:8001")
+		if ws[0].MaxRunningRequests != 7 || ws[1].MaxRunningRequests != 7 {
+			t.Errorf("annotations not applied to every port: %+v", ws)
+		}
 
-	// The selector moves to the web pod.
-	moved := inferencePool("pool", 8000)
-	moved.Object["spec"].(map[string]any)["selector"] = map[string]any{"matchLabels": map[string]any{"app": "web"}}
-	e.putPool(moved)
-	e.rec.await(t, "llm/web@10.0.0.9:8000")
+		// The selector moves to the web pod.
+		moved := inferencePool("pool", 8000)
+		moved.Object["spec"].(map[string]any)["selector"] = map[string]any{"matchLabels": map[string]any{"app": "web"}}
+		e.putPool(moved)
+		e.rec.await(t, "llm/web@10.0.0.9:8000")
 
-	// An unusable spec keeps the current set.
-	broken := inferencePool("pool")
-	e.putPool(broken)
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(e.logs.String(), "spec.targetPorts is empty") {
-		if time.Now().After(deadline) {
+		// An unusable spec keeps the current set.
+		broken := inferencePool("pool")
+		e.putPool(broken)
+		settle()
+		if !strings.Contains(e.logs.String(), "spec.targetPorts is empty") {
 			t.Fatalf("broken pool not reported:\n%s", e.logs)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if ws, _ := e.rec.last(); summary(ws) != "llm/web@10.0.0.9:8000" {
-		t.Errorf("a broken pool changed the set to %q", summary(ws))
-	}
+		if ws, _ := e.rec.last(); summary(ws) != "llm/web@10.0.0.9:8000" {
+			t.Errorf("a broken pool changed the set to %q", summary(ws))
+		}
 
-	// The pool is deleted: no workers.
-	if err := e.dyn.Resource(InferencePoolGVR).Namespace(ns).Delete(context.Background(), "pool", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.rec.await(t, "")
+		// The pool is deleted: no workers.
+		if err := e.dyn.Resource(InferencePoolGVR).Namespace(ns).Delete(context.Background(), "pool", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.rec.await(t, "")
+	})
 }
 
 func TestPoolSource_WarnsOnFailOpen(t *testing.T) {

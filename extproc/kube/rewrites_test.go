@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -235,35 +236,37 @@ func TestRewriteSource_BoundsTheNames(t *testing.T) {
 // logged once however often the list is retried, nothing is applied, and
 // once the API appears its objects are read.
 func TestRewriteSource_MissingAPI(t *testing.T) {
-	dyn := newPoolDynamic(inferenceModelRewrite("alias", "pool", 0, rule{[]string{"alias"}, []string{"llama"}}))
-	var installed atomic.Bool
-	var lists atomic.Int32
-	dyn.PrependReactor("list", "inferencemodelrewrites", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if installed.Load() {
-			return false, nil, nil
+	synctest.Test(t, func(t *testing.T) {
+		dyn := newPoolDynamic(inferenceModelRewrite("alias", "pool", 0, rule{[]string{"alias"}, []string{"llama"}}))
+		var installed atomic.Bool
+		var lists atomic.Int32
+		dyn.PrependReactor("list", "inferencemodelrewrites", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if installed.Load() {
+				return false, nil, nil
+			}
+			lists.Add(1)
+			return true, nil, apierrors.NewNotFound(InferenceModelRewriteGVR.GroupResource(), "")
+		})
+		logs, rec := &logBuffer{}, newRewriteRecorder()
+		src, err := NewRewriteSource(RewriteConfig{Namespace: ns, Pool: "pool", Apply: rec.apply,
+			Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn)
+		if err != nil {
+			t.Fatal(err)
 		}
-		lists.Add(1)
-		return true, nil, apierrors.NewNotFound(InferenceModelRewriteGVR.GroupResource(), "")
+		runRewriteSource(t, src)
+		eventually(t, 10*time.Second, "a retried list", func() bool { return lists.Load() >= 2 })
+		if n := logs.count("the InferenceModelRewrite API is not installed"); n != 1 {
+			t.Errorf("missing API logged %d times after %d lists, want once:\n%s", n, lists.Load(), logs)
+		}
+		rec.mu.Lock()
+		calls := rec.calls
+		rec.mu.Unlock()
+		if calls != 0 {
+			t.Errorf("rules were applied without the API")
+		}
+		installed.Store(true)
+		rec.await(t, "alias=llama*1")
 	})
-	logs, rec := &logBuffer{}, newRewriteRecorder()
-	src, err := NewRewriteSource(RewriteConfig{Namespace: ns, Pool: "pool", Apply: rec.apply,
-		Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runRewriteSource(t, src)
-	eventually(t, 10*time.Second, "a retried list", func() bool { return lists.Load() >= 2 })
-	if n := logs.count("the InferenceModelRewrite API is not installed"); n != 1 {
-		t.Errorf("missing API logged %d times after %d lists, want once:\n%s", n, lists.Load(), logs)
-	}
-	rec.mu.Lock()
-	calls := rec.calls
-	rec.mu.Unlock()
-	if calls != 0 {
-		t.Errorf("rules were applied without the API")
-	}
-	installed.Store(true)
-	rec.await(t, "alias=llama*1")
 }
 
 func TestNewRewriteSource_ReportsEveryProblem(t *testing.T) {

@@ -28,6 +28,9 @@ type Index struct {
 	scratch   []uint64
 	found     []sched.CachedTokens
 	specBuf   []sched.CachedTokens
+	// changed is the channel Changed handed out, closed by the next change;
+	// nil while nobody waits.
+	changed chan struct{}
 }
 
 // NewIndex returns an empty index for blockSize-token blocks.
@@ -69,6 +72,7 @@ var fullAttention = map[string]bool{"": true, "full_attention": true, "mla_atten
 func (ix *Index) Apply(now time.Time, s Stream, b *Batch, group *int64) Applied {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.changedLocked()
 	var a Applied
 	defer func() {
 		if a.Removed > 0 || a.Cleared > 0 {
@@ -130,11 +134,33 @@ func sameGroup(ev *Event, group *int64) bool {
 	return g == *group
 }
 
+// Changed returns a channel that the next change to the exact index closes:
+// a batch applied, a stream cleared or marked in or out of sync, a worker
+// removed. It lets a caller wait for the engines' events instead of
+// polling, and costs nothing while nobody asks.
+func (ix *Index) Changed() <-chan struct{} {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.changed == nil {
+		ix.changed = make(chan struct{})
+	}
+	return ix.changed
+}
+
+// changedLocked wakes whoever waits on Changed; ix.mu is held.
+func (ix *Index) changedLocked() {
+	if ix.changed != nil {
+		close(ix.changed)
+		ix.changed = nil
+	}
+}
+
 // Clear drops a stream's blocks.
 func (ix *Index) Clear(worker string, rank uint32) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.exact.Clear(worker, rank)
+	ix.changedLocked()
 }
 
 // SetSynced marks a stream in or out of sync.
@@ -142,12 +168,14 @@ func (ix *Index) SetSynced(worker string, rank uint32, synced bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.exact.SetSynced(worker, rank, synced)
+	ix.changedLocked()
 }
 
 // RemoveWorker forgets a worker.
 func (ix *Index) RemoveWorker(worker string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.changedLocked()
 	ix.exact.RemoveWorker(worker)
 	ix.spec.RemoveWorker(worker)
 	delete(ix.removedAt, worker)

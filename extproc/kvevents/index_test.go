@@ -43,3 +43,45 @@ func TestIndexLookupMergesSources(t *testing.T) {
 		t.Fatalf("unsynced: %v, want %v", got, approx)
 	}
 }
+
+func TestIndexChangedIsClosedByEveryChange(t *testing.T) {
+	ix := NewIndex(4, 0, time.Second)
+	g := int64(-1)
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		change func()
+	}{
+		{"apply", func() {
+			ix.Apply(time.Unix(1, 0), Stream{Worker: "w1", Model: "m"}, &Batch{Events: []Event{
+				{Kind: KindStored, Hashes: []uint64{100}, Tokens: []uint32{1, 2, 3, 4}, BlockSize: 4}}}, &g)
+		}},
+		{"clear", func() { ix.Clear("w1", 0) }},
+		{"set synced", func() { ix.SetSynced("w1", 0, false) }},
+		{"remove worker", func() { ix.RemoveWorker("w1") }},
+	} {
+		ch := ix.Changed()
+		if ix.Changed() != ch {
+			t.Fatalf("%s: two waiters got different channels", c.name)
+		}
+		ix.Record(time.Unix(1, 0), "w1", []uint64{7})
+		ix.Lookup(time.Unix(1, 0), []uint64{7}, 4, nil, nil)
+		if closed(ch) {
+			t.Fatalf("%s: closed by a speculative record or a lookup", c.name)
+		}
+		c.change()
+		if !closed(ch) {
+			t.Fatalf("%s: Changed not closed", c.name)
+		}
+		if closed(ix.Changed()) {
+			t.Fatalf("%s: the next Changed is already closed", c.name)
+		}
+	}
+}

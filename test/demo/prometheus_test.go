@@ -156,12 +156,12 @@ func TestPrometheus_Dashboard(t *testing.T) {
 		v, err := instant(ctx, prom.API, `up{job="tollgate"} == 1`)
 		return err == nil && len(v) == 1
 	})
-	// Series appear with the first wave; the second, a few scrapes later,
+	// Series appear with the first wave; the second, three scrapes later,
 	// gives the rates something to measure.
 	const bulkPerWave = 180
 	for wave := range 2 {
 		if wave > 0 {
-			time.Sleep(3 * time.Second)
+			awaitScrapes(ctx, t, prom.API, 3)
 		}
 		var wg sync.WaitGroup
 		errs := make(chan error, bulkPerWave+40)
@@ -196,7 +196,7 @@ func TestPrometheus_Dashboard(t *testing.T) {
 	if err != nil || len(queued) != 1 || queued[0].Value == 0 {
 		t.Fatalf("no bulk request queued (%v, %v): the workload does not exercise the queue panels", queued, err)
 	}
-	time.Sleep(2 * time.Second)
+	awaitScrapes(ctx, t, prom.API, 1)
 
 	for _, q := range dashboardQueries(t) {
 		expr := strings.ReplaceAll(q.expr, "$__rate_interval", "1m")
@@ -294,6 +294,53 @@ func scrapeText(t *testing.T, ctx context.Context, c *http.Client, addr string) 
 	return b
 }
 
+// awaitScrapes waits until Prometheus has scraped tollgate n more times and
+// has evaluated every rule since the last of them. Prometheus is another
+// process with no notification: this polls its API.
+func awaitScrapes(ctx context.Context, t *testing.T, api promv1.API, n int) {
+	t.Helper()
+	lastScrape := func() float64 {
+		v, err := instant(ctx, api, `timestamp(up{job="tollgate"})`)
+		if err != nil || len(v) != 1 {
+			return 0
+		}
+		return float64(v[0].Value)
+	}
+	last := lastScrape()
+	for i := range n {
+		waitFor(t, 30*time.Second, fmt.Sprintf("scrape %d of %d", i+1, n), func() bool {
+			if ts := lastScrape(); ts > last {
+				last = ts
+				return true
+			}
+			return false
+		})
+	}
+	scraped := time.UnixMilli(int64(last * 1000))
+	waitFor(t, 30*time.Second, "the rules evaluated after the last scrape", func() bool {
+		res, err := api.Rules(ctx, nil)
+		if err != nil {
+			return false
+		}
+		for _, g := range res.Groups {
+			for _, r := range g.Rules {
+				var at time.Time
+				switch r := r.(type) {
+				case promv1.RecordingRule:
+					at = r.LastEvaluation
+				case promv1.AlertingRule:
+					at = r.LastEvaluation
+				}
+				if at.Before(scraped) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// waitFor polls ok, for Prometheus's state, until it holds or limit passes.
 func waitFor(t *testing.T, limit time.Duration, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tollgate/tollgate/extproc"
@@ -19,7 +20,7 @@ import (
 
 func TestAdmissionAndRouting(t *testing.T) {
 	for _, m := range bodyModes {
-		t.Run(m.name, func(t *testing.T) {
+		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req, workers: 2})
 			seen := map[string]bool{}
 			for i := range 6 {
@@ -54,13 +55,13 @@ func TestAdmissionAndRouting(t *testing.T) {
 			if got := st.Admits[sched.PriorityDefault][sched.OutcomeAdmitted]; got != 6 {
 				t.Errorf("admitted %d, want 6 (GET not counted)", got)
 			}
-		})
+		}))
 	}
 }
 
 func TestSpoofedDestinationNeverSurvives(t *testing.T) {
 	for _, m := range bodyModes {
-		t.Run(m.name, func(t *testing.T) {
+		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req})
 			r := s.do(chat("hello", "X-Gateway-Destination-Endpoint", "127.0.0.1:1"))
 			expectStatus(t, r, http.StatusOK, "")
@@ -71,7 +72,7 @@ func TestSpoofedDestinationNeverSurvives(t *testing.T) {
 			if n := len(r.Upstream.Header.Values("X-Gateway-Destination-Endpoint")); n != 1 {
 				t.Errorf("%d destination values upstream", n)
 			}
-		})
+		}))
 	}
 }
 
@@ -86,7 +87,7 @@ func TestRejections(t *testing.T) {
 
 func testRejections(t *testing.T, m bodyMode) {
 	headersOnly := m.name == "streamed" // Envoy sends no body before the headers reply.
-	t.Run("400 unparsable body", func(t *testing.T) {
+	t.Run("400 unparsable body", inBubble(func(t *testing.T) {
 		if headersOnly {
 			t.Skip("the body is not seen in STREAMED mode without early body sending")
 		}
@@ -98,35 +99,35 @@ func testRejections(t *testing.T, m bodyMode) {
 		}
 		r = s.do(post("/v1/chat/completions", []byte{}))
 		expectStatus(t, r, http.StatusBadRequest, "")
-	})
-	t.Run("413 body over the limit", func(t *testing.T) {
+	}))
+	t.Run("413 body over the limit", inBubble(func(t *testing.T) {
 		if headersOnly {
 			t.Skip("the body is not seen in STREAMED mode without early body sending")
 		}
 		s := newStack(t, options{mode: m.req, config: func(c *extproc.Config) { c.MaxBodyBytes = 2048 }})
 		r := s.do(completion(strings.Repeat("x", 4096)))
 		expectStatus(t, r, http.StatusRequestEntityTooLarge, "")
-	})
-	t.Run("401 bad tenant key", func(t *testing.T) {
+	}))
+	t.Run("401 bad tenant key", inBubble(func(t *testing.T) {
 		s := newStack(t, options{mode: m.req, config: func(c *extproc.Config) { c.Tenancy = tenancy(t, "default") }})
 		expectStatus(t, s.do(chat("hi")), http.StatusUnauthorized, "unauthorized")
 		expectStatus(t, s.do(chat("hi", "Authorization", "Bearer wrong")), http.StatusUnauthorized, "unauthorized")
 		expectStatus(t, s.do(chat("hi", "Authorization", "Bearer key-a")), http.StatusOK, "")
-	})
-	t.Run("431 headers too large", func(t *testing.T) {
+	}))
+	t.Run("431 headers too large", inBubble(func(t *testing.T) {
 		s := newStack(t, options{mode: m.req, config: func(c *extproc.Config) { c.MaxHeaderBytes = 4096 }})
 		r := s.do(chat("hi", "X-Padding", strings.Repeat("p", 5000)))
 		expectStatus(t, r, http.StatusRequestHeaderFieldsTooLarge, "request_headers_too_large")
-	})
-	t.Run("400 malformed pin", func(t *testing.T) {
+	}))
+	t.Run("400 malformed pin", inBubble(func(t *testing.T) {
 		s := newStack(t, options{mode: m.req})
 		r := s.do(chat("hi", "X-Dynamo-Dp-Rank", "first"))
 		expectStatus(t, r, http.StatusBadRequest, "")
 		if e := errorBody(t, r); e["param"] != "x-dynamo-dp-rank" {
 			t.Errorf("error %v", e)
 		}
-	})
-	t.Run("503 pin to an unknown worker", func(t *testing.T) {
+	}))
+	t.Run("503 pin to an unknown worker", inBubble(func(t *testing.T) {
 		s := newStack(t, options{mode: m.req})
 		for _, tc := range []struct{ rank, msg string }{
 			{"", "Pinned worker w9 is not eligible: no ready worker with that id serves the model"},
@@ -145,8 +146,8 @@ func testRejections(t *testing.T, m bodyMode) {
 				t.Error("Retry-After on an invalid pin")
 			}
 		}
-	})
-	t.Run("503 no eligible worker", func(t *testing.T) {
+	}))
+	t.Run("503 no eligible worker", inBubble(func(t *testing.T) {
 		if headersOnly {
 			t.Skip("the model is in the body, which STREAMED mode without early body sending does not show")
 		}
@@ -158,8 +159,8 @@ func testRejections(t *testing.T, m bodyMode) {
 		if e["model"] != "mistral" || strings.Contains(e["message"].(string), "mistral") || r.Header.Get("Retry-After") != "" {
 			t.Errorf("error %v retry-after %q", e, r.Header.Get("Retry-After"))
 		}
-	})
-	t.Run("429 queue full", func(t *testing.T) {
+	}))
+	t.Run("429 queue full", inBubble(func(t *testing.T) {
 		prio := priorityConfig(30 * time.Second)
 		prio.Classes[sched.PriorityDefault].QueueSize = 0
 		s := newStack(t, options{mode: m.req, maxRunning: 1, hold: always, config: func(c *extproc.Config) { c.Sched.Priority = prio }})
@@ -172,8 +173,8 @@ func testRejections(t *testing.T, m bodyMode) {
 		}
 		s.gate.Open()
 		expectStatus(t, s.await(first).r, http.StatusOK, "")
-	})
-	t.Run("503 queue timeout", func(t *testing.T) {
+	}))
+	t.Run("503 queue timeout", inBubble(func(t *testing.T) {
 		s := newStack(t, options{mode: m.req, maxRunning: 1, hold: always,
 			config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(300 * time.Millisecond) }})
 		first := s.async(context.Background(), chat("first"))
@@ -185,8 +186,8 @@ func testRejections(t *testing.T, m bodyMode) {
 		}
 		s.gate.Open()
 		expectStatus(t, s.await(first).r, http.StatusOK, "")
-	})
-	t.Run("529 policy class queue limit", func(t *testing.T) {
+	}))
+	t.Run("529 policy class queue limit", inBubble(func(t *testing.T) {
 		if headersOnly {
 			t.Skip("prompt length 0 without the body never makes a worker prefill-busy")
 		}
@@ -207,7 +208,7 @@ func testRejections(t *testing.T, m bodyMode) {
 		}
 		s.gate.Open()
 		expectStatus(t, s.await(first).r, http.StatusOK, "")
-	})
+	}))
 }
 
 func always(mockworker.RequestInfo) bool { return true }
@@ -221,7 +222,7 @@ func tenancy(t *testing.T, defaultMax string) *extproc.Tenancy {
 
 func TestClientCancelWhileQueuedThenCapacityFrees(t *testing.T) {
 	for _, m := range bodyModes {
-		t.Run(m.name, func(t *testing.T) {
+		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req, maxRunning: 1, hold: always,
 				config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(30 * time.Second) }})
 			first := s.async(context.Background(), chat("first"))
@@ -242,14 +243,14 @@ func TestClientCancelWhileQueuedThenCapacityFrees(t *testing.T) {
 			// The cancelled request holds nothing: no slot, no booking.
 			s.waitIdle()
 			expectStatus(t, s.do(chat("third")), http.StatusOK, "")
-		})
+		}))
 	}
 }
 
 // TestMessageTimeoutBudget: a request held longer than Envoy's
 // message_timeout is answered by tollgate, never by Envoy's 504.
 func TestMessageTimeoutBudget(t *testing.T) {
-	t.Run("with the override", func(t *testing.T) {
+	t.Run("with the override", inBubble(func(t *testing.T) {
 		// Envoy's 600 ms timer is shorter than the class timeout of 1 s;
 		// without the override tollgate would answer at 500 ms.
 		s := newStack(t, options{maxRunning: 1, hold: always, messageTimeout: 600 * time.Millisecond, maxMessageTimeout: 10 * time.Second,
@@ -261,7 +262,7 @@ func TestMessageTimeoutBudget(t *testing.T) {
 		start := time.Now()
 		r := s.do(chat("second"))
 		expectStatus(t, r, http.StatusServiceUnavailable, "scheduler_queue_timeout")
-		if waited := time.Since(start); waited < 900*time.Millisecond {
+		if waited := time.Since(start); waited != time.Second {
 			t.Errorf("answered after %v: the override should have kept it queued for the class timeout of 1 s", waited)
 		}
 		if st := s.sim.Stats(); st.OverrideMessageTimeoutReceived != 1 || st.MessageTimeouts != 0 || st.OverrideMessageTimeoutIgnored != 0 {
@@ -269,8 +270,8 @@ func TestMessageTimeoutBudget(t *testing.T) {
 		}
 		s.gate.Open()
 		expectStatus(t, s.await(first).r, http.StatusOK, "")
-	})
-	t.Run("without the override", func(t *testing.T) {
+	}))
+	t.Run("without the override", inBubble(func(t *testing.T) {
 		// tollgate answers 500 ms before Envoy's 1 s timer fires: a margin
 		// no scheduling delay on a loaded machine eats. Whether it beat
 		// the timer is the simulated Envoy's verdict (a 504 and a counted
@@ -289,8 +290,8 @@ func TestMessageTimeoutBudget(t *testing.T) {
 		}
 		s.gate.Open()
 		expectStatus(t, s.await(first).r, http.StatusOK, "")
-	})
-	t.Run("full duplex has no timer to beat", func(t *testing.T) {
+	}))
+	t.Run("full duplex has no timer to beat", inBubble(func(t *testing.T) {
 		// The request phase has no timer, but the response phase does:
 		// each response message must be answered within message_timeout,
 		// so it is a second, not a budget a loaded machine can miss.
@@ -300,11 +301,15 @@ func TestMessageTimeoutBudget(t *testing.T) {
 		s.parked(1)
 		second := s.async(context.Background(), chat("second"))
 		s.queued(sched.PriorityDefault, 1)
-		time.Sleep(2 * time.Second) // Twice message_timeout, still queued.
+		time.Sleep(2 * time.Second) // Twice message_timeout, on the fake clock.
+		s.queued(sched.PriorityDefault, 1)
+		if st := s.sim.Stats(); st.MessageTimeouts != 0 {
+			t.Errorf("sim stats %+v", st)
+		}
 		s.gate.Open()
 		expectStatus(t, s.await(first).r, http.StatusOK, "")
 		expectStatus(t, s.await(second).r, http.StatusOK, "")
-	})
+	}))
 }
 
 // TestPreemptionAsTheVictimSeesIt: a bulk request waiting at its worker for
@@ -325,7 +330,7 @@ func TestPreemptionAsTheVictimSeesIt(t *testing.T) {
 			{"no response yet", completion("background job", "X-Smg-Priority", "bulk"), false},
 			{"response headers held", chat("background job", "X-Smg-Priority", "bulk"), true},
 		} {
-			t.Run(m.name+"/"+tc.name, func(t *testing.T) {
+			t.Run(m.name+"/"+tc.name, inBubble(func(t *testing.T) {
 				bulkOnly := func(r mockworker.RequestInfo) bool { return r.Header.Get("X-Smg-Priority") == "bulk" }
 				// A short message timer with a wide margin: holding the
 				// victim's response headers shows as tollgate's override of
@@ -339,6 +344,9 @@ func TestPreemptionAsTheVictimSeesIt(t *testing.T) {
 				victim := s.async(context.Background(), tc.victim)
 				s.parked(1)
 				if tc.early {
+					// tollgate extends Envoy's timer for the held headers
+					// when the 1 s timer has its 700 ms margin left.
+					time.Sleep(300 * time.Millisecond)
 					s.waitSim("victim's response headers held", func(st envoysim.Stats) bool { return st.OverrideMessageTimeoutReceived == 1 })
 				}
 				r := s.do(chat("urgent", "X-Smg-Priority", "interactive"))
@@ -359,13 +367,13 @@ func TestPreemptionAsTheVictimSeesIt(t *testing.T) {
 				if st.Preemptions[sched.PriorityBulk][sched.PriorityInteractive] != 1 {
 					t.Errorf("preemptions %v", st.Preemptions)
 				}
-			})
+			}))
 		}
 	}
 	// Without the flag (Envoy Gateway cannot set it), a streaming victim's
 	// headers reached the client before its first token: Envoy can only
 	// reset the stream.
-	t.Run("headers already sent without the flag", func(t *testing.T) {
+	t.Run("headers already sent without the flag", inBubble(func(t *testing.T) {
 		bulkOnly := func(r mockworker.RequestInfo) bool { return r.Header.Get("X-Smg-Priority") == "bulk" }
 		s := newStack(t, options{maxRunning: 1, hold: bulkOnly, config: func(c *extproc.Config) {
 			c.Sched.Priority = priorityConfig(30 * time.Second)
@@ -387,43 +395,45 @@ func TestPreemptionAsTheVictimSeesIt(t *testing.T) {
 		if res.err != nil || !res.r.Reset || res.r.Status != http.StatusOK {
 			t.Fatalf("victim %+v %v, want a reset 200", res.r, res.err)
 		}
-	})
+	}))
 }
 
 func TestWorkerReloadRemovingPinnedWorker(t *testing.T) {
-	s := newStack(t, options{workers: 2, maxRunning: 1, hold: always,
-		config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(30 * time.Second) }})
-	a := s.async(context.Background(), chat("a"))
-	b := s.async(context.Background(), chat("b"))
-	s.parked(2)
-	pinned := s.async(context.Background(), chat("pinned", "X-Dynamo-Worker-Instance-Id", "w1"))
-	s.queued(sched.PriorityDefault, 1)
+	synctest.Test(t, func(t *testing.T) {
+		s := newStack(t, options{workers: 2, maxRunning: 1, hold: always,
+			config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(30 * time.Second) }})
+		a := s.async(context.Background(), chat("a"))
+		b := s.async(context.Background(), chat("b"))
+		s.parked(2)
+		pinned := s.async(context.Background(), chat("pinned", "X-Dynamo-Worker-Instance-Id", "w1"))
+		s.queued(sched.PriorityDefault, 1)
 
-	path := filepath.Join(t.TempDir(), "workers.yaml")
-	if err := os.WriteFile(path, []byte("workers:\n- {id: w0, address: \""+s.list[0].Address+"\", max_running_requests: 1, model: llama}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := extproc.NewFileWatcher(path, s.srv.SetWorkers, nil, 0).Reload(); err != nil {
-		t.Fatal(err)
-	}
-	res := s.await(pinned)
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	expectStatus(t, res.r, http.StatusServiceUnavailable, "pinned_worker_not_eligible")
-	if e := errorBody(t, res.r); !strings.Contains(e["message"].(string), "w1") {
-		t.Errorf("message %q", e["message"])
-	}
-	s.gate.Open()
-	expectStatus(t, s.await(a).r, http.StatusOK, "")
-	expectStatus(t, s.await(b).r, http.StatusOK, "")
-	// New pins to the removed worker are refused at once.
-	expectStatus(t, s.do(chat("again", "X-Dynamo-Worker-Instance-Id", "w1")), http.StatusServiceUnavailable, "pinned_worker_not_eligible")
+		path := filepath.Join(t.TempDir(), "workers.yaml")
+		if err := os.WriteFile(path, []byte("workers:\n- {id: w0, address: \""+s.list[0].Address+"\", max_running_requests: 1, model: llama}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := extproc.NewFileWatcher(path, s.srv.SetWorkers, nil, 0).Reload(); err != nil {
+			t.Fatal(err)
+		}
+		res := s.await(pinned)
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		expectStatus(t, res.r, http.StatusServiceUnavailable, "pinned_worker_not_eligible")
+		if e := errorBody(t, res.r); !strings.Contains(e["message"].(string), "w1") {
+			t.Errorf("message %q", e["message"])
+		}
+		s.gate.Open()
+		expectStatus(t, s.await(a).r, http.StatusOK, "")
+		expectStatus(t, s.await(b).r, http.StatusOK, "")
+		// New pins to the removed worker are refused at once.
+		expectStatus(t, s.do(chat("again", "X-Dynamo-Worker-Instance-Id", "w1")), http.StatusServiceUnavailable, "pinned_worker_not_eligible")
+	})
 }
 
 func TestGracefulShutdownWithQueuedRequests(t *testing.T) {
 	for _, m := range bodyModes {
-		t.Run(m.name, func(t *testing.T) {
+		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req, maxRunning: 1, hold: always,
 				config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(30 * time.Second) }})
 			running := s.async(context.Background(), chat("running"))
@@ -443,38 +453,41 @@ func TestGracefulShutdownWithQueuedRequests(t *testing.T) {
 			if s.srv.Ready() {
 				t.Error("ready while draining")
 			}
+			synctest.Wait()
 			select {
 			case err := <-drained:
 				t.Fatalf("drain returned %v with a request in flight", err)
-			case <-time.After(50 * time.Millisecond):
+			default:
 			}
 			s.gate.Open()
 			expectStatus(t, s.await(running).r, http.StatusOK, "")
 			if err := <-drained; err != nil {
 				t.Fatal(err)
 			}
-		})
+		}))
 	}
 }
 
 // TestPrefixAffinity: a conversation that continues goes back to the worker
 // that holds its prefix, and the worker reports the cached tokens.
 func TestPrefixAffinity(t *testing.T) {
-	s := newStack(t, options{workers: 3, config: func(c *extproc.Config) {
-		tok, err := tokenize.New("estimate")
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		s := newStack(t, options{workers: 3, config: func(c *extproc.Config) {
+			tok, err := tokenize.New("estimate")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Tokenizer = tok
+		}})
+		history := strings.Repeat("a long shared system prompt that every turn repeats. ", 40)
+		first := s.do(completion(history))
+		expectStatus(t, first, http.StatusOK, "")
+		for i := range 3 {
+			r := s.do(completion(history + strings.Repeat(" and one more turn", i+1)))
+			expectStatus(t, r, http.StatusOK, "")
+			if r.Endpoint != first.Endpoint {
+				t.Errorf("turn %d went to %s, not %s which holds the prefix", i, r.Endpoint, first.Endpoint)
+			}
 		}
-		c.Tokenizer = tok
-	}})
-	history := strings.Repeat("a long shared system prompt that every turn repeats. ", 40)
-	first := s.do(completion(history))
-	expectStatus(t, first, http.StatusOK, "")
-	for i := range 3 {
-		r := s.do(completion(history + strings.Repeat(" and one more turn", i+1)))
-		expectStatus(t, r, http.StatusOK, "")
-		if r.Endpoint != first.Endpoint {
-			t.Errorf("turn %d went to %s, not %s which holds the prefix", i, r.Endpoint, first.Endpoint)
-		}
-	}
+	})
 }

@@ -44,7 +44,7 @@ func (s *stack) metric(name, labels string) string {
 func TestEnvoyOwnRepliesReachTheClient(t *testing.T) {
 	for _, m := range bodyModes {
 		for _, v := range []envoysim.Version{envoysim.VersionLatest, envoysim.Version1_36} {
-			t.Run(m.name+"/504 request timeout while queued/"+v.String(), func(t *testing.T) {
+			t.Run(m.name+"/504 request timeout while queued/"+v.String(), inBubble(func(t *testing.T) {
 				s := newStack(t, options{mode: m.req, maxRunning: 1, hold: always,
 					config: func(c *extproc.Config) { c.Sched.Priority = priorityConfig(30 * time.Second) },
 					sim: func(c *envoysim.Config) {
@@ -77,9 +77,9 @@ func TestEnvoyOwnRepliesReachTheClient(t *testing.T) {
 				s.gate.Open()
 				expectStatus(t, s.await(first).r, http.StatusOK, "")
 				expectStatus(t, s.do(chat("third")), http.StatusOK, "")
-			})
+			}))
 		}
-		t.Run(m.name+"/body over the listener buffer", func(t *testing.T) {
+		t.Run(m.name+"/body over the listener buffer", inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req, sim: func(c *envoysim.Config) { c.BufferLimitBytes = 4096 }})
 			r := s.do(completion(strings.Repeat("x", 8192)))
 			if m.req != bodyModes[0].req {
@@ -98,8 +98,8 @@ func TestEnvoyOwnRepliesReachTheClient(t *testing.T) {
 				t.Errorf("tollgate_envoy_local_replies_total{status=413}: %q", got)
 			}
 			expectStatus(t, s.do(chat("next")), http.StatusOK, "")
-		})
-		t.Run(m.name+"/router 503 after the route", func(t *testing.T) {
+		}))
+		t.Run(m.name+"/router 503 after the route", inBubble(func(t *testing.T) {
 			// The worker address refuses connections: the router's 503 is
 			// sent through ext_proc in the routed stage; it is no first
 			// token and the slot is freed.
@@ -116,7 +116,7 @@ func TestEnvoyOwnRepliesReachTheClient(t *testing.T) {
 			if n := s.sim.Stats().LocalRepliesProcessed; n != 3 {
 				t.Errorf("local replies through ext_proc %d, want 3", n)
 			}
-		})
+		}))
 	}
 }
 
@@ -127,7 +127,7 @@ func TestEnvoyOwnRepliesReachTheClient(t *testing.T) {
 // tollgate counts that.
 func TestClientAddressTenants(t *testing.T) {
 	for _, m := range bodyModes {
-		t.Run(m.name, func(t *testing.T) {
+		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req})
 			req := chat("hi", "X-Smg-Priority", "no-such-class")
 			req.RemoteAddr = "198.51.100.7:40123"
@@ -138,9 +138,9 @@ func TestClientAddressTenants(t *testing.T) {
 			if got := s.metric("tollgate_client_address_missing_total", ""); !strings.HasSuffix(got, " 0") {
 				t.Errorf("tollgate_client_address_missing_total: %q", got)
 			}
-		})
+		}))
 	}
-	t.Run("without the attribute", func(t *testing.T) {
+	t.Run("without the attribute", inBubble(func(t *testing.T) {
 		s := newStack(t, options{sim: func(c *envoysim.Config) { c.RequestAttributes = nil }})
 		req := chat("hi", "X-Smg-Priority", "no-such-class")
 		req.RemoteAddr = "198.51.100.7:40123"
@@ -151,5 +151,5 @@ func TestClientAddressTenants(t *testing.T) {
 		if got := s.metric("tollgate_client_address_missing_total", ""); !strings.HasSuffix(got, " 1") {
 			t.Errorf("tollgate_client_address_missing_total: %q", got)
 		}
-	})
+	}))
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -25,6 +26,7 @@ import (
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 	"github.com/tollgate/tollgate/test/envoysim"
+	"github.com/tollgate/tollgate/test/memnet"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 
@@ -100,9 +102,16 @@ type options struct {
 	kvEndpoints map[int][2]string
 }
 
-// stack is tollgate between a simulated Envoy and mock workers.
+// stack is tollgate between a simulated Envoy and mock workers. Without
+// KV events (which the engines publish over ZeroMQ on TCP) the whole stack
+// runs on an in-memory network, and the test must run it in a
+// testing/synctest bubble (see inBubble): time is fake, a timer fires at
+// its exact instant, and a wait for the stack's state is a wait until every
+// goroutine is blocked, not a poll.
 type stack struct {
-	t       *testing.T
+	t *testing.T
+	// net is the in-memory network, nil when the stack uses loopback TCP.
+	net     *memnet.Network
 	srv     *extproc.Server
 	sim     *envoysim.Sim
 	workers []*mockworker.Worker
@@ -126,6 +135,9 @@ func newStack(t *testing.T, o options) *stack {
 		o.mode = extprocfilterv3.ProcessingMode_BUFFERED
 	}
 	st := &stack{t: t, gate: mockworker.NewGate()}
+	if !o.kvEvents && len(o.kvEndpoints) == 0 {
+		st.net = &memnet.Network{}
+	}
 	for i := range o.workers {
 		wc := mockworker.Config{ID: fmt.Sprintf("w%d", i), Model: model, Speed: 1000, DefaultMaxTokens: 4}
 		if o.hold != nil {
@@ -141,11 +153,11 @@ func newStack(t *testing.T, o options) *stack {
 			wc.CacheBlocks = kvCacheBlocks
 			wc.KVEvents = &mockworker.KVEventsConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
 		}
-		w := mockworker.Start(t, wc)
+		w := st.startWorker(wc)
 		st.workers = append(st.workers, w)
 		addr := w.Addr()
 		if o.deadWorker || slices.Contains(o.deadWorkers, i) {
-			addr = deadAddress(t)
+			addr = st.deadAddress()
 		}
 		ew := extproc.Worker{ID: wc.ID, Address: addr, MaxRunningRequests: o.maxRunning, Model: model}
 		if o.anyModel {
@@ -187,10 +199,7 @@ func newStack(t *testing.T, o options) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis, extProcAddr := st.listen()
 	g := grpc.NewServer(opts...)
 	srv.Register(g)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -203,7 +212,7 @@ func newStack(t *testing.T, o options) *stack {
 	}
 	shipped := shippedFilter(t, o.mode)
 	sc := envoysim.Config{
-		ExtProcAddr:       lis.Addr().String(),
+		ExtProcAddr:       extProcAddr,
 		Mode:              processingMode(o.mode),
 		MessageTimeout:    o.messageTimeout,
 		MaxMessageTimeout: envoyMax,
@@ -215,6 +224,13 @@ func newStack(t *testing.T, o options) *stack {
 		// headers alone there.
 		SendBodyWithoutWaitingForHeaderResponse: shipped.GetSendBodyWithoutWaitingForHeaderResponse() &&
 			o.mode != extprocfilterv3.ProcessingMode_STREAMED,
+	}
+	if st.net != nil {
+		sc.ExtProcAddr = "passthrough:///" + extProcAddr
+		sc.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return st.net.Dial(ctx, "tcp", addr)
+		})}
+		sc.UpstreamDialer = st.net.Dial
 	}
 	if o.sim != nil {
 		o.sim(&sc)
@@ -274,14 +290,53 @@ func shippedFilter(t *testing.T, mode extprocfilterv3.ProcessingMode_BodySendMod
 	return nil
 }
 
-// deadAddress is a loopback IP:port nothing listens on.
-func deadAddress(t *testing.T) string {
-	t.Helper()
+// inBubble runs a test in a testing/synctest bubble, as an in-memory stack
+// needs.
+func inBubble(f func(t *testing.T)) func(t *testing.T) {
+	return func(t *testing.T) { synctest.Test(t, f) }
+}
+
+// startWorker starts a mock worker on the stack's network.
+func (s *stack) startWorker(wc mockworker.Config) *mockworker.Worker {
+	s.t.Helper()
+	if s.net == nil {
+		return mockworker.Start(s.t, wc)
+	}
+	w, err := mockworker.New(wc)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			s.t.Errorf("mockworker: %v", err)
+		}
+	})
+	l, addr := s.net.Listen()
+	if err := w.Serve(l, addr); err != nil {
+		s.t.Fatal(err)
+	}
+	return w
+}
+
+// listen returns a listener on the stack's network and its address.
+func (s *stack) listen() (net.Listener, string) {
+	s.t.Helper()
+	if s.net != nil {
+		return s.net.Listen()
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
-	addr := l.Addr().String()
+	return l, l.Addr().String()
+}
+
+// deadAddress is an IP:port on the stack's network that nothing listens on.
+func (s *stack) deadAddress() string {
+	if s.net != nil {
+		return s.net.Reserve()
+	}
+	l, addr := s.listen()
 	_ = l.Close()
 	return addr
 }
@@ -349,31 +404,30 @@ func (s *stack) await(ch <-chan result) result {
 	return result{}
 }
 
-// waitStats polls the scheduler until ok holds.
+// waitStats returns the scheduler's state once every goroutine of the
+// test's bubble waits; ok must accept it. In-memory stacks only.
 func (s *stack) waitStats(what string, ok func(sched.Stats) bool) sched.Stats {
 	s.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, got := s.srv.Stats(context.Background())
-		if got && ok(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("scheduler not %s: %+v", what, st)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if s.net == nil {
+		s.t.Fatal("waitStats needs an in-memory stack in a testing/synctest bubble")
 	}
+	synctest.Wait()
+	st, got := s.srv.Stats(context.Background())
+	if !got || !ok(st) {
+		s.t.Fatalf("scheduler not %s once every goroutine waits: %+v", what, st)
+	}
+	return st
 }
 
-// waitSim polls the simulated Envoy's counters until ok holds.
+// waitSim checks the simulated Envoy's counters as waitStats does.
 func (s *stack) waitSim(what string, ok func(envoysim.Stats) bool) {
 	s.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok(s.sim.Stats()) {
-		if time.Now().After(deadline) {
-			s.t.Fatalf("envoy not %s: %+v", what, s.sim.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if s.net == nil {
+		s.t.Fatal("waitSim needs an in-memory stack in a testing/synctest bubble")
+	}
+	synctest.Wait()
+	if st := s.sim.Stats(); !ok(st) {
+		s.t.Fatalf("envoy not %s once every goroutine waits: %+v", what, st)
 	}
 }
 
@@ -395,26 +449,46 @@ func (s *stack) parked(n int) {
 
 // waitIdle checks that the scheduler holds nothing: no slot, no queued
 // request, no booking on any worker rank.
+//
+// Over TCP it first waits until every ext_proc stream has ended, which the
+// simulated Envoy does by itself once every request is complete.
 func (s *stack) waitIdle() {
 	s.t.Helper()
-	s.waitStats("idle", func(st sched.Stats) bool {
-		for p := range sched.NumPriorities {
-			if st.InFlight[p] != 0 || st.QueueDepth[p] != 0 {
-				return false
-			}
+	if s.net == nil {
+		ended := make(chan struct{})
+		go func() { s.srv.Wait(); close(ended) }()
+		select {
+		case <-ended:
+		case <-time.After(10 * time.Second):
+			s.t.Fatal("ext_proc streams still open 10 s after the test")
 		}
-		for _, q := range st.Queues {
-			if q.Requests != 0 || q.ISLTokens != 0 || q.CachedTokens != 0 {
-				return false
-			}
+		st, _ := s.srv.Stats(context.Background())
+		if !idle(st) {
+			s.t.Fatalf("scheduler not idle after every stream ended: %+v", st)
 		}
-		for _, r := range st.Ranks {
-			if r.ActiveRequests != 0 || r.ActivePrefillTokens != 0 || r.ActiveBlocks != 0 {
-				return false
-			}
+		return
+	}
+	s.waitStats("idle", idle)
+}
+
+// idle reports whether the scheduler holds nothing.
+func idle(st sched.Stats) bool {
+	for p := range sched.NumPriorities {
+		if st.InFlight[p] != 0 || st.QueueDepth[p] != 0 {
+			return false
 		}
-		return true
-	})
+	}
+	for _, q := range st.Queues {
+		if q.Requests != 0 || q.ISLTokens != 0 || q.CachedTokens != 0 {
+			return false
+		}
+	}
+	for _, r := range st.Ranks {
+		if r.ActiveRequests != 0 || r.ActivePrefillTokens != 0 || r.ActiveBlocks != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // errorBody decodes the SMG / OpenAI error object of a response.

@@ -58,13 +58,16 @@ func direct(t *testing.T, w *mockworker.Worker, prompt []int) {
 	}
 }
 
-// eventsCached is what tollgate's exact index says worker holds of prompt.
+// eventsCached is what tollgate's exact index says worker holds of prompt:
+// the lookup is made an hour ahead, when every speculative entry of
+// tollgate's own routing has expired (a lookup changes no entry).
 func (s *stack) eventsCached(worker string, prompt []int) uint64 {
 	u := make([]uint32, len(prompt))
 	for i, v := range prompt {
 		u[i] = uint32(v)
 	}
-	for _, c := range s.kv.Lookup(time.Now(), prefix.HashTokens(model, u, bs, nil), bs, nil) {
+	found, _ := s.kv.Index().Lookup(time.Now().Add(time.Hour), prefix.HashTokens(model, u, bs, nil), bs, nil, nil)
+	for _, c := range found {
 		if c.Worker == worker {
 			return c.Tokens
 		}
@@ -72,14 +75,48 @@ func (s *stack) eventsCached(worker string, prompt []int) uint64 {
 	return 0
 }
 
+// waitFor waits until cond, a condition on tollgate's event index, holds:
+// it checks cond again at every change of the index.
 func (s *stack) waitFor(what string, cond func() bool) {
 	s.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for {
+		changed := s.kv.Index().Changed()
+		if cond() {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
 			s.t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// awaitSynced makes a publisher send probe(i), i = 0, 1, ..., until
+// tollgate's index is in sync with worker. A ZeroMQ publisher drops what it
+// sends before the subscriber's connection is up, and nothing reports that
+// connection: after each probe it waits for the index to change, and probes
+// again when 20 ms pass without a change.
+func (s *stack) awaitSynced(worker string, probe func(i int)) {
+	s.t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for i := 0; ; i++ {
+		changed := s.kv.Index().Changed()
+		if s.kv.Index().Synced(worker) {
+			return
+		}
+		probe(i)
+		retry := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-retry.C:
+		case <-deadline.C:
+			s.t.Fatalf("timed out waiting for %s's events to sync", worker)
+		}
+		retry.Stop()
 	}
 }
 
@@ -87,12 +124,7 @@ func (s *stack) waitFor(what string, cond func() bool) {
 func (s *stack) syncAll() {
 	s.t.Helper()
 	for i, w := range s.workers {
-		probe := 0
-		s.waitFor("worker "+w.Config().ID+" in sync", func() bool {
-			probe++
-			direct(s.t, w, ids(bs+1, 1_000_000+i*100_000+probe*bs))
-			return s.kv.Index().Synced(w.Config().ID)
-		})
+		s.awaitSynced(w.Config().ID, func(probe int) { direct(s.t, w, ids(bs+1, 1_000_000+i*100_000+(probe+1)*bs)) })
 	}
 }
 
@@ -204,11 +236,8 @@ func TestKVEventsPriceAndRoute(t *testing.T) {
 func TestKVEventsPythonPublisher(t *testing.T) {
 	pub := interop.StartPublisher(t, "kv@w1@"+model, bs, "--shape", "map", "--hashes", "bytes")
 	s := newStack(t, options{workers: 2, kvEndpoints: map[int][2]string{1: {pub.Pub, pub.Replay}}})
-	probe := 0
-	s.waitFor("w1 in sync", func() bool {
-		probe++
-		pub.Do(map[string]any{"op": "store", "tokens": ids(bs, 1_000_000+probe*bs)})
-		return s.kv.Index().Synced("w1")
+	s.awaitSynced("w1", func(probe int) {
+		pub.Do(map[string]any{"op": "store", "tokens": ids(bs, 1_000_000+(probe+1)*bs)})
 	})
 	if s.kv.Index().Synced("w0") {
 		t.Fatal("w0 has no event stream but counts as in sync")

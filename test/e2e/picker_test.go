@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -45,7 +47,7 @@ func subsetList(entries ...string) *structpb.Value {
 // comma-separated string, entries trimmed).
 func TestSubsetHints(t *testing.T) {
 	for _, m := range bodyModes {
-		t.Run(m.name, func(t *testing.T) {
+		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req, workers: 3})
 			addr := func(i int) string { return s.list[i].Address }
 			with := func(md map[string]*structpb.Struct, content string) envoysim.Request {
@@ -74,8 +76,12 @@ func TestSubsetHints(t *testing.T) {
 				t.Fatalf("routed to %s, want %s", r.Endpoint, addr(0))
 			}
 			// An entry without a port admits every port of its address: the
-			// mock workers all listen on 127.0.0.1.
-			r = s.do(with(subsetHint(subsetList("127.0.0.1")), "address only"))
+			// mock workers all listen on one.
+			host, _, err := net.SplitHostPort(addr(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = s.do(with(subsetHint(subsetList(host)), "address only"))
 			expectStatus(t, r, http.StatusOK, "")
 			// Outside admission too (GET /v1/models).
 			get := envoysim.Request{Method: http.MethodGet, Path: "/v1/models", MetadataContext: subsetHint(subsetList(addr(1)))}
@@ -89,8 +95,8 @@ func TestSubsetHints(t *testing.T) {
 				want string
 			}{
 				{"no member is a known worker", subsetHint(subsetList("192.168.1.99:8000")), "no endpoint in the request's endpoint subset"},
-				{"another address, no port", subsetHint(subsetList("127.0.0.2")), "no endpoint in the request's endpoint subset"},
-				{"a known address on another port", subsetHint(subsetList("127.0.0.1:1")), "no endpoint in the request's endpoint subset"},
+				{"another address, no port", subsetHint(subsetList("198.51.100.2")), "no endpoint in the request's endpoint subset"},
+				{"a known address on another port", subsetHint(subsetList(host + ":1")), "no endpoint in the request's endpoint subset"},
 				{"empty list", subsetHint(subsetList()), "endpoint subset hint"},
 				{"empty string", subsetHint(structpb.NewStringValue(" , ")), "endpoint subset hint"},
 				{"not a list", subsetHint(structpb.NewNumberValue(1)), "invalid endpoint subset hint"},
@@ -109,7 +115,7 @@ func TestSubsetHints(t *testing.T) {
 			// every worker eligible.
 			other := map[string]*structpb.Struct{"envoy.lb.subset_hint": {Fields: map[string]*structpb.Value{"other": subsetList("192.168.1.99:8000")}}}
 			expectStatus(t, s.do(with(other, "no key")), http.StatusOK, "")
-		})
+		}))
 	}
 }
 
@@ -120,7 +126,7 @@ func TestSubsetHints(t *testing.T) {
 // pkg/epp/handlers/server.go at 1748e829 never reads protocol_config).
 func TestNoProtocolConfig(t *testing.T) {
 	for _, m := range bodyModes {
-		t.Run(m.name, func(t *testing.T) {
+		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req,
 				config: func(c *extproc.Config) {
 					c.AssumedProtocol = &extprocv3.ProtocolConfiguration{RequestBodyMode: m.req, ResponseBodyMode: extprocfilterv3.ProcessingMode_STREAMED}
@@ -141,7 +147,7 @@ func TestNoProtocolConfig(t *testing.T) {
 			if !strings.Contains(string(r.Body), "data: [DONE]") {
 				t.Errorf("response body %q", r.Body)
 			}
-		})
+		}))
 	}
 }
 
@@ -149,12 +155,14 @@ func TestNoProtocolConfig(t *testing.T) {
 // full-duplex data plane taken for the default BUFFERED one never gets
 // its request through.
 func TestNoProtocolConfigWrongAssumption(t *testing.T) {
-	s := newStack(t, options{mode: extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
-		sim: func(c *envoysim.Config) { c.OmitProtocolConfig = true }})
-	r := s.do(chat("wrong assumption"))
-	if r.Status == http.StatusOK {
-		t.Fatalf("a full-duplex stream read as BUFFERED was served: %+v", r)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newStack(t, options{mode: extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+			sim: func(c *envoysim.Config) { c.OmitProtocolConfig = true }})
+		r := s.do(chat("wrong assumption"))
+		if r.Status == http.StatusOK {
+			t.Fatalf("a full-duplex stream read as BUFFERED was served: %+v", r)
+		}
+	})
 }
 
 // TestFallbackEndpoints: with --fallback-endpoints the picker names the
@@ -165,7 +173,7 @@ func TestNoProtocolConfigWrongAssumption(t *testing.T) {
 // moves the booking.
 func TestFallbackEndpoints(t *testing.T) {
 	for _, m := range bodyModes {
-		t.Run(m.name, func(t *testing.T) {
+		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req, workers: 2, deadWorkers: []int{0},
 				hold:   func(mockworker.RequestInfo) bool { return true },
 				config: func(c *extproc.Config) { c.Sched.Fallbacks = 1 },
@@ -207,7 +215,7 @@ func TestFallbackEndpoints(t *testing.T) {
 				}
 			}
 			t.Fatal("the dead worker was never chosen first in 20 requests")
-		})
+		}))
 	}
 }
 
@@ -219,7 +227,7 @@ func TestFallbackEndpoints(t *testing.T) {
 // narrowing the data plane's subset, never widening it.
 func TestConformanceEndpointSelection(t *testing.T) {
 	for _, m := range bodyModes {
-		t.Run(m.name, func(t *testing.T) {
+		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req, workers: 3,
 				config: func(c *extproc.Config) { c.TestEndpointSelection = true }})
 			addr := func(i int) string { return s.list[i].Address }
@@ -243,13 +251,15 @@ func TestConformanceEndpointSelection(t *testing.T) {
 			req = chat("widened", "test-epp-endpoint-selection", addr(2))
 			req.MetadataContext = subsetHint(subsetList(addr(0), addr(1)))
 			expectStatus(t, s.do(req), http.StatusServiceUnavailable, "no_endpoints")
-		})
+		}))
 	}
 	// Without the flag the header is ignored: naming no known endpoint
 	// does not stop the request.
-	s := newStack(t, options{workers: 2})
-	r := s.do(chat("ignored", "test-epp-endpoint-selection", "192.168.1.9:8000"))
-	expectStatus(t, r, http.StatusOK, "")
+	t.Run("without the flag", inBubble(func(t *testing.T) {
+		s := newStack(t, options{workers: 2})
+		r := s.do(chat("ignored", "test-epp-endpoint-selection", "192.168.1.9:8000"))
+		expectStatus(t, r, http.StatusOK, "")
+	}))
 }
 
 // TestModelRewrite: a static rewrite table serves "team-alias" as the workers'
@@ -261,7 +271,7 @@ func TestConformanceEndpointSelection(t *testing.T) {
 // generateRequestBodyResponses).
 func TestModelRewrite(t *testing.T) {
 	for _, m := range bodyModes {
-		t.Run(m.name, func(t *testing.T) {
+		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req, workers: 2,
 				config: func(c *extproc.Config) {
 					c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}}
@@ -299,44 +309,48 @@ func TestModelRewrite(t *testing.T) {
 			if !strings.Contains(string(r.Body), `"model":"`+model+`"`) {
 				t.Fatalf("unrewritten response changed: %.200s", r.Body)
 			}
-		})
+		}))
 	}
 	// STREAMED decided on the headers alone never sees the body: nothing
 	// is rewritten, and the worker refuses the unknown name.
-	s := newStack(t, options{mode: extprocfilterv3.ProcessingMode_STREAMED, anyModel: true,
-		config: func(c *extproc.Config) {
-			c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}}
-		}})
-	r := s.do(post("/v1/chat/completions", []byte(`{"model":"team-alias","messages":[{"role":"user","content":"x"}]}`)))
-	if strings.Contains(string(r.Upstream.Body), `"model":"`+model+`"`) {
-		t.Fatal("rewritten although the decision came before the body")
-	}
+	t.Run("streamed on the headers alone", inBubble(func(t *testing.T) {
+		s := newStack(t, options{mode: extprocfilterv3.ProcessingMode_STREAMED, anyModel: true,
+			config: func(c *extproc.Config) {
+				c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}}
+			}})
+		r := s.do(post("/v1/chat/completions", []byte(`{"model":"team-alias","messages":[{"role":"user","content":"x"}]}`)))
+		if strings.Contains(string(r.Upstream.Body), `"model":"`+model+`"`) {
+			t.Fatal("rewritten although the decision came before the body")
+		}
+	}))
 }
 
 // TestModelRewriteWeighted: weighted targets split the requests; each
 // request goes upstream under one of them (the mock workers serve only the
 // test model and answer 404 for the other).
 func TestModelRewriteWeighted(t *testing.T) {
-	s := newStack(t, options{workers: 2, anyModel: true,
-		config: func(c *extproc.Config) {
-			c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}, {Model: "mistral", Weight: 1}}}
-		}})
-	seen := map[string]int{}
-	for i := range 24 {
-		body := []byte(fmt.Sprintf(`{"model":"team-alias","prompt":"split %d","max_tokens":2}`, i))
-		r := s.do(post("/v1/completions", body))
-		if r.Upstream == nil {
-			t.Fatalf("request %d not routed: %d %s", i, r.Status, r.Body)
+	synctest.Test(t, func(t *testing.T) {
+		s := newStack(t, options{workers: 2, anyModel: true,
+			config: func(c *extproc.Config) {
+				c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}, {Model: "mistral", Weight: 1}}}
+			}})
+		seen := map[string]int{}
+		for i := range 24 {
+			body := []byte(fmt.Sprintf(`{"model":"team-alias","prompt":"split %d","max_tokens":2}`, i))
+			r := s.do(post("/v1/completions", body))
+			if r.Upstream == nil {
+				t.Fatalf("request %d not routed: %d %s", i, r.Status, r.Body)
+			}
+			var up struct{ Model string }
+			if err := json.Unmarshal(r.Upstream.Body, &up); err != nil {
+				t.Fatal(err)
+			}
+			seen[up.Model]++
 		}
-		var up struct{ Model string }
-		if err := json.Unmarshal(r.Upstream.Body, &up); err != nil {
-			t.Fatal(err)
+		if len(seen) != 2 || seen[model] == 0 || seen["mistral"] == 0 {
+			t.Fatalf("upstream models %v, want both targets (all 24 on one has probability 2^-23)", seen)
 		}
-		seen[up.Model]++
-	}
-	if len(seen) != 2 || seen[model] == 0 || seen["mistral"] == 0 {
-		t.Fatalf("upstream models %v, want both targets (all 24 on one has probability 2^-23)", seen)
-	}
+	})
 }
 
 // TestModelRewriteBufferedResponse: with a BUFFERED response body the
@@ -345,7 +359,7 @@ func TestModelRewriteWeighted(t *testing.T) {
 // the headers in this mode and rejects a body whose length differs).
 func TestModelRewriteBufferedResponse(t *testing.T) {
 	for _, m := range bodyModes {
-		t.Run(m.name, func(t *testing.T) {
+		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req, workers: 1,
 				config: func(c *extproc.Config) {
 					c.ModelRewrites = map[string][]extproc.RewriteTarget{"a-much-longer-team-alias": {{Model: model, Weight: 1}}}
@@ -373,7 +387,7 @@ func TestModelRewriteBufferedResponse(t *testing.T) {
 					t.Fatalf("stream=%t: Content-Length %s for a %d-byte body", stream, cl, len(r.Body))
 				}
 			}
-		})
+		}))
 	}
 }
 
@@ -385,52 +399,54 @@ func TestModelRewriteBufferedResponse(t *testing.T) {
 // rule without matches serves every other name, and the --model-rewrite
 // table wins for the names it sets.
 func TestModelRewriteObjects(t *testing.T) {
-	s := newStack(t, options{workers: 2,
-		config: func(c *extproc.Config) {
-			c.ModelRewrites = map[string][]extproc.RewriteTarget{"pinned": {{Model: "served-nowhere", Weight: 1}}}
-		},
-		sim: func(c *envoysim.Config) { c.Mode.ResponseBodyMode = extprocfilterv3.ProcessingMode_BUFFERED }})
-	if err := s.srv.SetModelRewrites(extproc.ModelRewriteRules{
-		Exact: map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}, "pinned": {{Model: model, Weight: 1}}},
-		Other: []extproc.RewriteTarget{{Model: model, Weight: 1}},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for _, asked := range []string{"team-alias", "some-other-name"} {
-		body := []byte(`{"model":"` + asked + `","prompt":"price me","max_tokens":4}`)
-		r := s.do(post("/v1/completions", body, "Content-Length", fmt.Sprint(len(body))))
-		expectStatus(t, r, http.StatusOK, "")
-		var up, down struct{ Model string }
-		if err := json.Unmarshal(r.Upstream.Body, &up); err != nil || up.Model != model {
-			t.Fatalf("%s: upstream model %q (%v), want %s", asked, up.Model, err, model)
+	synctest.Test(t, func(t *testing.T) {
+		s := newStack(t, options{workers: 2,
+			config: func(c *extproc.Config) {
+				c.ModelRewrites = map[string][]extproc.RewriteTarget{"pinned": {{Model: "served-nowhere", Weight: 1}}}
+			},
+			sim: func(c *envoysim.Config) { c.Mode.ResponseBodyMode = extprocfilterv3.ProcessingMode_BUFFERED }})
+		if err := s.srv.SetModelRewrites(extproc.ModelRewriteRules{
+			Exact: map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}, "pinned": {{Model: model, Weight: 1}}},
+			Other: []extproc.RewriteTarget{{Model: model, Weight: 1}},
+		}); err != nil {
+			t.Fatal(err)
 		}
-		if err := json.Unmarshal(r.Body, &down); err != nil || down.Model != asked {
-			t.Fatalf("%s: client sees model %q (%v) in %s", asked, down.Model, err, r.Body)
+		for _, asked := range []string{"team-alias", "some-other-name"} {
+			body := []byte(`{"model":"` + asked + `","prompt":"price me","max_tokens":4}`)
+			r := s.do(post("/v1/completions", body, "Content-Length", fmt.Sprint(len(body))))
+			expectStatus(t, r, http.StatusOK, "")
+			var up, down struct{ Model string }
+			if err := json.Unmarshal(r.Upstream.Body, &up); err != nil || up.Model != model {
+				t.Fatalf("%s: upstream model %q (%v), want %s", asked, up.Model, err, model)
+			}
+			if err := json.Unmarshal(r.Body, &down); err != nil || down.Model != asked {
+				t.Fatalf("%s: client sees model %q (%v) in %s", asked, down.Model, err, r.Body)
+			}
+			if cl := r.Header.Get("Content-Length"); cl != fmt.Sprint(len(r.Body)) {
+				t.Fatalf("%s: Content-Length %q for a %d-byte body", asked, cl, len(r.Body))
+			}
 		}
-		if cl := r.Header.Get("Content-Length"); cl != fmt.Sprint(len(r.Body)) {
-			t.Fatalf("%s: Content-Length %q for a %d-byte body", asked, cl, len(r.Body))
+		// The flag's rule wins: no worker serves its target.
+		body := []byte(`{"model":"pinned","prompt":"x","max_tokens":4}`)
+		if r := s.do(post("/v1/completions", body)); r.Upstream != nil || r.Status == http.StatusOK {
+			t.Fatalf("pinned served (%d): the object's rule won over the flag's", r.Status)
 		}
-	}
-	// The flag's rule wins: no worker serves its target.
-	body := []byte(`{"model":"pinned","prompt":"x","max_tokens":4}`)
-	if r := s.do(post("/v1/completions", body)); r.Upstream != nil || r.Status == http.StatusOK {
-		t.Fatalf("pinned served (%d): the object's rule won over the flag's", r.Status)
-	}
-	rec := httptest.NewRecorder()
-	s.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	m := rec.Body.String()
-	if !strings.Contains(m, `tollgate_cost_estimate_error_ratio_count{model="`+model+`",tokenizer=`) || strings.Contains(m, `model="team-alias"`) {
-		t.Fatalf("the cost was not estimated for the rewritten model:\n%s", grepLines(m, "tollgate_cost_estimate_error_ratio_count"))
-	}
-	for _, want := range []string{
-		`tollgate_model_rewrites{match="any",source="inferencemodelrewrite"} 1`,
-		`tollgate_model_rewrites{match="exact",source="flag"} 1`,
-		`tollgate_model_rewrites{match="exact",source="inferencemodelrewrite"} 1`,
-	} {
-		if !strings.Contains(m, want) {
-			t.Errorf("metrics lack %s", want)
+		rec := httptest.NewRecorder()
+		s.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		m := rec.Body.String()
+		if !strings.Contains(m, `tollgate_cost_estimate_error_ratio_count{model="`+model+`",tokenizer=`) || strings.Contains(m, `model="team-alias"`) {
+			t.Fatalf("the cost was not estimated for the rewritten model:\n%s", grepLines(m, "tollgate_cost_estimate_error_ratio_count"))
 		}
-	}
+		for _, want := range []string{
+			`tollgate_model_rewrites{match="any",source="inferencemodelrewrite"} 1`,
+			`tollgate_model_rewrites{match="exact",source="flag"} 1`,
+			`tollgate_model_rewrites{match="exact",source="inferencemodelrewrite"} 1`,
+		} {
+			if !strings.Contains(m, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+	})
 }
 
 func grepLines(text, substr string) string {

@@ -1,9 +1,11 @@
 package envoysim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"slices"
 	"time"
 
@@ -210,6 +212,10 @@ type Config struct {
 	Route Route
 	// ConnectTimeout is the upstream connect timeout. Zero means 5 s.
 	ConnectTimeout time.Duration
+	// UpstreamDialer, when set, opens the upstream connections instead of a
+	// TCP dialer (for example to in-memory workers, so that a test can run
+	// in a testing/synctest bubble). ConnectTimeout still bounds each dial.
+	UpstreamDialer func(ctx context.Context, network, addr string) (net.Conn, error)
 	// MaxRequestBodyBytes bounds the body Handler reads from a client; a
 	// larger body gets 413. Zero means 64 MiB.
 	MaxRequestBodyBytes int64
@@ -276,6 +282,7 @@ type settings struct {
 	fallbacks        bool
 	reportServed     bool
 	connectTimeout   time.Duration
+	upstreamDialer   func(ctx context.Context, network, addr string) (net.Conn, error)
 	maxRequestBodyIn int64
 }
 
@@ -321,6 +328,7 @@ func (c *Config) resolve() (*settings, error) {
 		fallbacks:         c.Route.Fallbacks,
 		reportServed:      c.Route.ReportServed,
 		connectTimeout:    orDefault(c.ConnectTimeout, DefaultConnectTimeout),
+		upstreamDialer:    c.UpstreamDialer,
 		maxRequestBodyIn:  orDefault(c.MaxRequestBodyBytes, DefaultMaxRequestBodyBytes),
 	}
 	if s.version < Version1_36 {

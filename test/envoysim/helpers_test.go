@@ -10,7 +10,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -59,6 +61,9 @@ func newSim(t *testing.T, cfg Config, process processFunc) *Sim {
 	cfg.ExtProcAddr = "passthrough:///bufnet"
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithContextDialer(
 		func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
+	if cfg.UpstreamDialer == nil {
+		cfg.UpstreamDialer = dialUpstream
+	}
 	if cfg.MessageTimeout == 0 {
 		cfg.MessageTimeout = testTimeout
 	}
@@ -93,12 +98,62 @@ func backend(t *testing.T, h http.HandlerFunc) string {
 	return srv.Listener.Addr().String()
 }
 
+// memUpstreams holds the in-memory upstreams by the IP:port a route names;
+// memPorts numbers them.
+var (
+	memUpstreams sync.Map // string -> *bufconn.Listener
+	memPorts     atomic.Uint32
+)
+
+// memBackend starts an HTTP/1.1 upstream on an in-memory listener and
+// returns the IP:port (in TEST-NET-1) that reaches it through a Sim made by
+// newSim. Made inside a testing/synctest bubble, it lets the whole request
+// path run on fake time.
+func memBackend(t *testing.T, h http.HandlerFunc) string {
+	t.Helper()
+	addr := fmt.Sprintf("192.0.2.1:%d", 1024+memPorts.Add(1))
+	lis := bufconn.Listen(1 << 16)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Minute}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(lis)
+	}()
+	memUpstreams.Store(addr, lis)
+	t.Cleanup(func() {
+		memUpstreams.Delete(addr)
+		_ = srv.Close()
+		<-served
+	})
+	return addr
+}
+
+// dialUpstream reaches a memBackend by its address, anything else over TCP.
+func dialUpstream(ctx context.Context, network, addr string) (net.Conn, error) {
+	if lis, ok := memUpstreams.Load(addr); ok {
+		return lis.(*bufconn.Listener).DialContext(ctx)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
 // recordingBackend answers 200 "upstream-ok" and records each request.
 func recordingBackend(t *testing.T) (string, func() []upstreamSeen) {
 	t.Helper()
+	return recordingOn(t, backend)
+}
+
+// recordingMemBackend is recordingBackend in memory (see memBackend).
+func recordingMemBackend(t *testing.T) (string, func() []upstreamSeen) {
+	t.Helper()
+	return recordingOn(t, memBackend)
+}
+
+func recordingOn(t *testing.T, start func(*testing.T, http.HandlerFunc) string) (string, func() []upstreamSeen) {
+	t.Helper()
 	var mu sync.Mutex
 	var seen []upstreamSeen
-	addr := backend(t, func(w http.ResponseWriter, r *http.Request) {
+	addr := start(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		seen = append(seen, upstreamSeen{
@@ -281,6 +336,11 @@ func wantStatus(t *testing.T, resp *Response, err error, status int) {
 	if resp.Status != status {
 		t.Fatalf("status = %d, want %d (details %q, body %q)", resp.Status, status, resp.Details, resp.Body)
 	}
+}
+
+// inBubble runs a subtest in a testing/synctest bubble (see memBackend).
+func inBubble(f func(t *testing.T)) func(t *testing.T) {
+	return func(t *testing.T) { synctest.Test(t, f) }
 }
 
 // waitFor waits for ch or fails after a generous deadline.

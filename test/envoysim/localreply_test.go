@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -169,25 +170,31 @@ func TestLocalReply_HCMTimeoutWhileHeld(t *testing.T) {
 			nil, "cancelled"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			rec := &recorder{}
-			ended := make(chan string, 1)
-			cfg := tt.cfg
-			cfg.Mode = mode(bodyStreamed, true, bodyStreamed)
-			sim := newSim(t, cfg, holdRequest(rec, ended))
-			resp, err := sim.Do(t.Context(), Request{Method: http.MethodPost, Body: []byte("{}")})
-			wantStatus(t, resp, err, http.StatusGatewayTimeout)
-			if string(resp.Body) != tt.body || resp.Details != tt.details {
-				t.Errorf("client got %q details %q", resp.Body, resp.Details)
-			}
-			if got := waitFor(t, ended, "server stream end"); got != tt.end {
-				t.Errorf("server stream ended %s, want %s", got, tt.end)
-			}
-			if got := rec.shapes(); !sawShapes(got, tt.want) {
-				t.Errorf("server saw %q, want %q", got, tt.want)
-			}
-			if st := sim.Stats(); st.DownstreamTimeouts != 1 {
-				t.Errorf("stats %+v", st)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				rec := &recorder{}
+				ended := make(chan string, 1)
+				cfg := tt.cfg
+				cfg.Mode = mode(bodyStreamed, true, bodyStreamed)
+				sim := newSim(t, cfg, holdRequest(rec, ended))
+				start := time.Now()
+				resp, err := sim.Do(t.Context(), Request{Method: http.MethodPost, Body: []byte("{}")})
+				wantStatus(t, resp, err, http.StatusGatewayTimeout)
+				if elapsed := time.Since(start); elapsed != 50*time.Millisecond {
+					t.Errorf("504 after %v, want the 50ms timer", elapsed)
+				}
+				if string(resp.Body) != tt.body || resp.Details != tt.details {
+					t.Errorf("client got %q details %q", resp.Body, resp.Details)
+				}
+				if got := waitFor(t, ended, "server stream end"); got != tt.end {
+					t.Errorf("server stream ended %s, want %s", got, tt.end)
+				}
+				if got := rec.shapes(); !sawShapes(got, tt.want) {
+					t.Errorf("server saw %q, want %q", got, tt.want)
+				}
+				if st := sim.Stats(); st.DownstreamTimeouts != 1 {
+					t.Errorf("stats %+v", st)
+				}
+			})
 		})
 	}
 }
@@ -239,14 +246,17 @@ func TestVersion_StreamCloseAfterLastReply(t *testing.T) {
 		{0, false},
 		{Version1_36, true},
 	} {
-		t.Run(orDefault(tt.v, VersionLatest).String(), func(t *testing.T) {
+		t.Run(orDefault(tt.v, VersionLatest).String(), inBubble(func(t *testing.T) {
 			ended := make(chan string, 1)
 			var openAtCall bool
-			addr := backend(t, func(w http.ResponseWriter, _ *http.Request) {
+			addr := memBackend(t, func(w http.ResponseWriter, _ *http.Request) {
+				// Once every goroutine waits, a side stream that was to
+				// close after the last reply has closed.
+				synctest.Wait()
 				select {
 				case e := <-ended:
 					ended <- e
-				case <-time.After(200 * time.Millisecond):
+				default:
 					openAtCall = true
 				}
 				_, _ = w.Write([]byte("ok"))
@@ -264,7 +274,7 @@ func TestVersion_StreamCloseAfterLastReply(t *testing.T) {
 			if openAtCall != tt.openAtCall {
 				t.Errorf("stream open when the upstream was called: %v, want %v", openAtCall, tt.openAtCall)
 			}
-		})
+		}))
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -16,16 +16,18 @@ import (
 )
 
 // sseBackend streams n server-sent events, flushing each, then ends with
-// chunked encoding (no content-length).
+// chunked encoding (no content-length). It runs in memory, in the test's
+// testing/synctest bubble: each event is written once every goroutine waits,
+// so the previous one has gone as far as it can and none is coalesced.
 func sseBackend(t *testing.T, n int) string {
 	t.Helper()
-	return backend(t, func(w http.ResponseWriter, r *http.Request) {
+	return memBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
 		for i := range n {
+			synctest.Wait()
 			_, _ = fmt.Fprintf(w, "data: token%d\n\n", i)
 			w.(http.Flusher).Flush()
-			time.Sleep(5 * time.Millisecond)
 		}
 	})
 }
@@ -34,38 +36,40 @@ func sseBackend(t *testing.T, n int) string {
 // response_body message, answered before it reaches the client; the end of a
 // chunked body is an empty end_of_stream message.
 func TestResponse_StreamedChunks(t *testing.T) {
-	addr := sseBackend(t, 3)
-	rec := &recorder{}
-	sim := newSim(t, Config{Mode: mode(bodyNone, true, bodyStreamed)}, func(s stream) error {
-		for {
-			m, err := s.Recv()
-			if err != nil {
-				return nil
+	synctest.Test(t, func(t *testing.T) {
+		addr := sseBackend(t, 3)
+		rec := &recorder{}
+		sim := newSim(t, Config{Mode: mode(bodyNone, true, bodyStreamed)}, func(s stream) error {
+			for {
+				m, err := s.Recv()
+				if err != nil {
+					return nil
+				}
+				rec.add(m)
+				reply := continueFor(m, addr)
+				if m.GetResponseHeaders() != nil {
+					reply.GetResponseHeaders().Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+						SetHeaders: []*corev3.HeaderValueOption{setHeader("x-tollgate-worker", "w1")}}}
+				}
+				_ = s.Send(reply)
 			}
-			rec.add(m)
-			reply := continueFor(m, addr)
-			if m.GetResponseHeaders() != nil {
-				reply.GetResponseHeaders().Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
-					SetHeaders: []*corev3.HeaderValueOption{setHeader("x-tollgate-worker", "w1")}}}
-			}
-			_ = s.Send(reply)
+		})
+		resp, err := sim.Do(t.Context(), Request{Method: http.MethodPost, Body: []byte(`{"stream":true}`)})
+		wantStatus(t, resp, err, http.StatusOK)
+		want := []string{"request_headers", "response_headers",
+			`response_body("data: token0\n\n")`, `response_body("data: token1\n\n")`, `response_body("data: token2\n\n")`,
+			`response_body("")+eos`}
+		if got := rec.shapes(); !slices.Equal(got, want) {
+			t.Errorf("server saw %q, want %q", got, want)
+		}
+		if string(resp.Body) != "data: token0\n\ndata: token1\n\ndata: token2\n\n" || resp.Header.Get("X-Tollgate-Worker") != "w1" {
+			t.Errorf("client got headers %v body %q", resp.Header, resp.Body)
+		}
+		hh := rec.all()[1].GetResponseHeaders().GetHeaders().GetHeaders()
+		if hh[0].GetKey() != ":status" || string(hh[0].GetRawValue()) != "200" {
+			t.Errorf("first response header %v, want :status 200", hh[0])
 		}
 	})
-	resp, err := sim.Do(t.Context(), Request{Method: http.MethodPost, Body: []byte(`{"stream":true}`)})
-	wantStatus(t, resp, err, http.StatusOK)
-	want := []string{"request_headers", "response_headers",
-		`response_body("data: token0\n\n")`, `response_body("data: token1\n\n")`, `response_body("data: token2\n\n")`,
-		`response_body("")+eos`}
-	if got := rec.shapes(); !slices.Equal(got, want) {
-		t.Errorf("server saw %q, want %q", got, want)
-	}
-	if string(resp.Body) != "data: token0\n\ndata: token1\n\ndata: token2\n\n" || resp.Header.Get("X-Tollgate-Worker") != "w1" {
-		t.Errorf("client got headers %v body %q", resp.Header, resp.Body)
-	}
-	hh := rec.all()[1].GetResponseHeaders().GetHeaders().GetHeaders()
-	if hh[0].GetKey() != ":status" || string(hh[0].GetRawValue()) != "200" {
-		t.Errorf("first response header %v, want :status 200", hh[0])
-	}
 }
 
 // The HTTP/1 codec always ends a response with an empty
@@ -104,34 +108,36 @@ func TestResponse_ContentLengthShapes(t *testing.T) {
 // Response BUFFERED: one body message; header and body mutations in its reply
 // apply because the headers are held until then.
 func TestResponse_Buffered(t *testing.T) {
-	addr := sseBackend(t, 2)
-	rec := &recorder{}
-	sim := newSim(t, Config{Mode: mode(bodyNone, true, bodyBuffered)}, func(s stream) error {
-		for {
-			m, err := s.Recv()
-			if err != nil {
-				return nil
-			}
-			rec.add(m)
-			reply := continueFor(m, addr)
-			if b := m.GetResponseBody(); b != nil {
-				reply.GetResponseBody().Response = &extprocv3.CommonResponse{
-					HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("x-usage", "7")}},
-					BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: bytes.ToUpper(b.GetBody())}},
+	synctest.Test(t, func(t *testing.T) {
+		addr := sseBackend(t, 2)
+		rec := &recorder{}
+		sim := newSim(t, Config{Mode: mode(bodyNone, true, bodyBuffered)}, func(s stream) error {
+			for {
+				m, err := s.Recv()
+				if err != nil {
+					return nil
 				}
+				rec.add(m)
+				reply := continueFor(m, addr)
+				if b := m.GetResponseBody(); b != nil {
+					reply.GetResponseBody().Response = &extprocv3.CommonResponse{
+						HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("x-usage", "7")}},
+						BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: bytes.ToUpper(b.GetBody())}},
+					}
+				}
+				_ = s.Send(reply)
 			}
-			_ = s.Send(reply)
+		})
+		resp, err := sim.Do(t.Context(), Request{})
+		wantStatus(t, resp, err, http.StatusOK)
+		want := []string{"request_headers+eos", "response_headers", `response_body("data: token0\n\ndata: token1\n\n")+eos`}
+		if got := rec.shapes(); !slices.Equal(got, want) {
+			t.Errorf("server saw %q, want %q", got, want)
+		}
+		if string(resp.Body) != "DATA: TOKEN0\n\nDATA: TOKEN1\n\n" || resp.Header.Get("X-Usage") != "7" {
+			t.Errorf("client got headers %v body %q", resp.Header, resp.Body)
 		}
 	})
-	resp, err := sim.Do(t.Context(), Request{})
-	wantStatus(t, resp, err, http.StatusOK)
-	want := []string{"request_headers+eos", "response_headers", `response_body("data: token0\n\ndata: token1\n\n")+eos`}
-	if got := rec.shapes(); !slices.Equal(got, want) {
-		t.Errorf("server saw %q, want %q", got, want)
-	}
-	if string(resp.Body) != "DATA: TOKEN0\n\nDATA: TOKEN1\n\n" || resp.Header.Get("X-Usage") != "7" {
-		t.Errorf("client got headers %v body %q", resp.Header, resp.Body)
-	}
 }
 
 // Response trailers go to the server when response_trailer_mode is SEND.
@@ -193,28 +199,30 @@ func TestResponse_ImmediateResponseOnHeaders(t *testing.T) {
 // GetAndRespondImmediatelyOnResponseBody: once the response started, an
 // ImmediateResponse can only reset the stream.
 func TestResponse_ImmediateResponseAfterStartResets(t *testing.T) {
-	addr := sseBackend(t, 3)
-	sim := newSim(t, Config{Mode: mode(bodyNone, true, bodyStreamed)}, func(s stream) error {
-		for i := 0; ; i++ {
-			m, err := s.Recv()
-			if err != nil {
-				return nil
+	synctest.Test(t, func(t *testing.T) {
+		addr := sseBackend(t, 3)
+		sim := newSim(t, Config{Mode: mode(bodyNone, true, bodyStreamed)}, func(s stream) error {
+			for i := 0; ; i++ {
+				m, err := s.Recv()
+				if err != nil {
+					return nil
+				}
+				reply := continueFor(m, addr)
+				if m.GetResponseBody() != nil && i == 3 { // the second chunk
+					reply = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+						ImmediateResponse: &extprocv3.ImmediateResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable}}}}
+				}
+				_ = s.Send(reply)
 			}
-			reply := continueFor(m, addr)
-			if m.GetResponseBody() != nil && i == 3 { // the second chunk
-				reply = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
-					ImmediateResponse: &extprocv3.ImmediateResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable}}}}
-			}
-			_ = s.Send(reply)
+		})
+		resp, err := sim.Do(t.Context(), Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !resp.Reset || resp.Status != http.StatusOK || string(resp.Body) != "data: token0\n\n" {
+			t.Errorf("reset %v status %d body %q, want a reset after the first chunk", resp.Reset, resp.Status, resp.Body)
 		}
 	})
-	resp, err := sim.Do(t.Context(), Request{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !resp.Reset || resp.Status != http.StatusOK || string(resp.Body) != "data: token0\n\n" {
-		t.Errorf("reset %v status %d body %q, want a reset after the first chunk", resp.Reset, resp.Status, resp.Body)
-	}
 }
 
 // With the response side skipped, the stream closes right after the request
@@ -276,7 +284,7 @@ func TestResponse_ContinueAndReplace(t *testing.T) {
 		{"with body", &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: []byte("replacement")}}, "replacement"},
 		{"without body", nil, "data: token0\n\ndata: token1\n\n"},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
+		t.Run(tt.name, inBubble(func(t *testing.T) {
 			addr := sseBackend(t, 2)
 			rec := &recorder{}
 			sim := newSim(t, Config{Mode: mode(bodyNone, true, bodyStreamed)}, func(s stream) error {
@@ -302,7 +310,7 @@ func TestResponse_ContinueAndReplace(t *testing.T) {
 			if got := rec.shapes(); !slices.Equal(got, []string{"request_headers+eos", "response_headers"}) {
 				t.Errorf("server saw %q, want no body messages", got)
 			}
-		})
+		}))
 	}
 }
 
@@ -340,24 +348,26 @@ func TestResponse_BufferedHeadersSkipped(t *testing.T) {
 // A clean close while STREAMED response chunks are unanswered lets the rest
 // of the response through unmodified.
 func TestResponse_CleanCloseMidStream(t *testing.T) {
-	addr := sseBackend(t, 3)
-	sim := newSim(t, Config{Mode: mode(bodyNone, true, bodyStreamed)}, func(s stream) error {
-		for {
-			m, err := s.Recv()
-			if err != nil {
-				return nil
+	synctest.Test(t, func(t *testing.T) {
+		addr := sseBackend(t, 3)
+		sim := newSim(t, Config{Mode: mode(bodyNone, true, bodyStreamed)}, func(s stream) error {
+			for {
+				m, err := s.Recv()
+				if err != nil {
+					return nil
+				}
+				if m.GetResponseBody() != nil {
+					return nil // stop processing at the first chunk
+				}
+				_ = s.Send(continueFor(m, addr))
 			}
-			if m.GetResponseBody() != nil {
-				return nil // stop processing at the first chunk
-			}
-			_ = s.Send(continueFor(m, addr))
+		})
+		resp, err := sim.Do(t.Context(), Request{})
+		wantStatus(t, resp, err, http.StatusOK)
+		if string(resp.Body) != "data: token0\n\ndata: token1\n\ndata: token2\n\n" || resp.Reset {
+			t.Errorf("body %q reset %v", resp.Body, resp.Reset)
 		}
 	})
-	resp, err := sim.Do(t.Context(), Request{})
-	wantStatus(t, resp, err, http.StatusOK)
-	if string(resp.Body) != "data: token0\n\ndata: token1\n\ndata: token2\n\n" || resp.Reset {
-		t.Errorf("body %q reset %v", resp.Body, resp.Reset)
-	}
 }
 
 // A response headers reply may change :status; an invalid status is refused

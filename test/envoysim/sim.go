@@ -64,19 +64,26 @@ func New(cfg Config) (*Sim, error) {
 		cfg:       st,
 		conn:      conn,
 		client:    extprocv3.NewExternalProcessorClient(conn),
-		transport: newTransport(st.connectTimeout),
+		transport: newTransport(st.connectTimeout, st.upstreamDialer),
 		life:      life,
 		stop:      stop,
 	}, nil
 }
 
 // newTransport returns the upstream HTTP/1.1 transport: no proxy, no
-// compression, pools sized for many concurrent requests per worker.
-func newTransport(connectTimeout time.Duration) *http.Transport {
-	d := &net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
+// compression, pools sized for many concurrent requests per worker. dial,
+// when set, replaces the TCP dialer.
+func newTransport(connectTimeout time.Duration, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+	if dial == nil {
+		dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
+	}
 	return &http.Transport{
-		Proxy:               nil,
-		DialContext:         d.DialContext,
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+			defer cancel()
+			return dial(ctx, network, addr)
+		},
 		DisableCompression:  true,
 		MaxIdleConns:        4096,
 		MaxIdleConnsPerHost: 1024,

@@ -84,20 +84,41 @@ func (w *Worker) Listen(addr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("mockworker: %w", err)
 	}
+	w.serveLocked(l, l.Addr().String())
+	return w.addr, nil
+}
+
+// Serve starts serving Handler on l, which addr reaches (an in-memory
+// listener, for example); Addr then reports addr. A worker listens or
+// serves at most once.
+func (w *Worker) Serve(l net.Listener, addr string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return errors.New("mockworker: serve on a closed worker")
+	}
+	if w.srv != nil {
+		return fmt.Errorf("mockworker: already listening on %s", w.addr)
+	}
+	w.serveLocked(l, addr)
+	return nil
+}
+
+// serveLocked serves on l; w.mu is held.
+func (w *Worker) serveLocked(l net.Listener, addr string) {
 	w.srv = &http.Server{
 		Handler:           w.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(w.cfg.Logger.Handler(), slog.LevelWarn),
 	}
-	w.addr = l.Addr().String()
+	w.addr = addr
 	srv := w.srv
 	w.serving.Go(func() { _ = srv.Serve(l) }) // Serve returns ErrServerClosed after Close.
 	w.cfg.Logger.Info("listening", slog.String("worker", w.cfg.ID), slog.String("addr", w.addr),
 		slog.String("model", w.cfg.Model))
-	return w.addr, nil
 }
 
-// Addr returns the address Listen bound, or "" before Listen.
+// Addr returns the address Listen bound or Serve was given, or "" before.
 func (w *Worker) Addr() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()

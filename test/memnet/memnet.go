@@ -1,0 +1,78 @@
+// Package memnet is an in-memory network for tests that run in a
+// testing/synctest bubble, where a goroutine blocked on a socket would keep
+// the fake clock from moving. Listeners get addresses Host:port that Dial
+// reaches; an address nothing listens on refuses the connection as TCP
+// would. Nothing touches a socket.
+package memnet
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+
+	"google.golang.org/grpc/test/bufconn"
+)
+
+const (
+	// Host is the IP of every address (in TEST-NET-1, 192.0.2.0/24, which
+	// no real network routes).
+	Host = "192.0.2.1"
+	// firstPort is the first port given out.
+	firstPort = 10000
+	// bufferSize is each connection direction's buffer.
+	bufferSize = 1 << 20
+)
+
+// Network is a set of in-memory listeners. Its methods are safe for
+// concurrent use; the zero value is ready.
+type Network struct {
+	mu        sync.Mutex
+	listeners map[string]*bufconn.Listener
+	next      uint32
+}
+
+// Listen returns a new listener and the address that reaches it.
+func (n *Network) Listen() (net.Listener, string) {
+	addr := n.Reserve()
+	l := bufconn.Listen(bufferSize)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.listeners == nil {
+		n.listeners = map[string]*bufconn.Listener{}
+	}
+	n.listeners[addr] = l
+	return l, addr
+}
+
+// Reserve returns a fresh address that nothing listens on. A Network has
+// 55,535 addresses.
+func (n *Network) Reserve() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	port := firstPort + n.next
+	if port > 65535 {
+		panic("memnet: out of ports")
+	}
+	n.next++
+	return net.JoinHostPort(Host, fmt.Sprint(port))
+}
+
+// Dial connects to the listener at addr. A closed listener or an address
+// nothing listens on gives a dial *net.OpError wrapping ECONNREFUSED.
+func (n *Network) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	n.mu.Lock()
+	l := n.listeners[addr]
+	n.mu.Unlock()
+	if l != nil {
+		c, err := l.DialContext(ctx)
+		if err == nil {
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: ctx.Err()}
+		}
+	}
+	return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("connect to %s: %w", addr, syscall.ECONNREFUSED)}
+}
