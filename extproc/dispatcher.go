@@ -288,13 +288,14 @@ func (d *dispatcher) setActive(now time.Time, active bool) {
 	d.state.standby = !active
 	if active {
 		d.state.acquisitions++
-		if !d.shed {
-			d.sch.Resume()
-		}
-	} else {
-		d.deliver(d.sch.Drain(now))
 	}
-	d.publish()
+	d.publish() // before the queue is answered: a client told 503 finds the replica not ready
+	switch {
+	case !active:
+		d.deliver(d.sch.Drain(now))
+	case !d.shed:
+		d.sch.Resume()
+	}
 }
 
 func (d *dispatcher) route(ev event) reply {
