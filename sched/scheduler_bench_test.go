@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// benchScheduler builds the steady-state scenario of the Submit+dispatch+Done
+// benchScheduler builds the steady-state scenario of the Submit+dispatch+Release
 // benchmarks: a profile of classes explicit classes c0..c{classes-1}, each
 // busy above 0 active prefill tokens; a "hot" worker (taint hot) that serves
 // the measured requests; and, when lanes > 0, a worker with lanes DP ranks

@@ -14,7 +14,7 @@
 // not measure. The phases:
 //
 //  1. scheduler micro-benchmarks: `go test -bench` on ./sched (ring
-//     push+pop, Submit+dispatch+Done with and without the slot gate,
+//     push+pop, Submit+dispatch+Release with and without the slot gate,
 //     preemption, and the heap bytes of 1,000,000 queued requests);
 //  2. end-to-end load: tollgate and the null ext_proc server
 //     (test/bench/nullextproc), each built into a temporary directory and

@@ -70,11 +70,11 @@ func (r *runner) schedPhase(ctx context.Context) error {
 	for _, c := range schedClasses {
 		for _, l := range schedLanes {
 			add(fmt.Sprintf("C=%d classes, L=%s lanes", c, bench.FormatCount(float64(l))),
-				"Submit+dispatch+Done", nsAllocs(run, fmt.Sprintf("%s/slots=false/classes=%d/lanes=%d", submitBench, c, l)))
+				"Submit+dispatch+Release", nsAllocs(run, fmt.Sprintf("%s/slots=false/classes=%d/lanes=%d", submitBench, c, l)))
 		}
 	}
 	for _, l := range []int{0, 100} {
-		add(fmt.Sprintf("slot gate, capacity 1024, C=8, L=%d", l), "Submit+dispatch+Done",
+		add(fmt.Sprintf("slot gate, capacity 1024, C=8, L=%d", l), "Submit+dispatch+Release",
 			nsAllocs(run, fmt.Sprintf("%s/slots=true/classes=8/lanes=%d", submitBench, l)))
 	}
 	add("preemption at capacity 1024", "victim search + hand-off cycle", nsAllocs(run, preemptBench))
@@ -83,7 +83,7 @@ func (r *runner) schedPhase(ctx context.Context) error {
 	r.note("Scheduler: `go test -bench` on ./sched at -benchtime %s. Ring enqueue+dispatch is one DRR arbitration plus the "+
 		"winner's re-enqueue over C classes and L exact lanes, with entry costs of about 1,000 × the cost/quantum ratio; "+
 		"the flows rows run it in one lane holding F fairness keys of 2 requests each, without and with --fairness; "+
-		"Submit+dispatch+Done is one request through the whole core with L pinned lanes blocked behind busy ranks; the slot gate "+
+		"Submit+dispatch+Release is one request through the whole core with L pinned lanes blocked behind busy ranks; the slot gate "+
 		"rows run with the priority scheduler on at capacity 1024; queued memory is the live heap after 1,000,000 Submits "+
 		"that queue (-benchtime 1x).", r.o.schedBT)
 	mem, err := r.goBench(ctx, "sched-queued-memory", "./sched", "^"+queuedMemoryBench+"$", schedMemoryBenchtim)

@@ -78,7 +78,7 @@ const (
 var (
 	heldRSSTargetName        = fmt.Sprintf("Held requests, %s held: RSS per held request", bench.FormatCount(heldTargetSize))
 	heldGoroutinesTargetName = fmt.Sprintf("Held requests, %s held: goroutines per held request", bench.FormatCount(heldTargetSize))
-	coreAllocsTargetName     = "Scheduling core: allocations per operation (every ring, Submit+dispatch+Done and preemption benchmark)"
+	coreAllocsTargetName     = "Scheduling core: allocations per operation (every ring, Submit+dispatch+Release and preemption benchmark)"
 )
 
 // goroutinesMet compares a goroutines-per-held-request figure with the
