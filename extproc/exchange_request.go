@@ -181,8 +181,10 @@ func (x *exchange) complete(now time.Time) step {
 		model := modelOf(x.body)
 		t, ok, err := x.env.route(model, x.subset)
 		switch {
-		case err != nil:
+		case errors.Is(err, errStopped):
 			return x.reject(now, &rejection{reason: reasonShutdown})
+		case err != nil:
+			return x.departed()
 		case !ok && x.subset != nil:
 			return x.reject(now, &rejection{reason: reasonNoEndpoints, model: model, message: subsetUnmatched})
 		case !ok:
@@ -207,12 +209,17 @@ func (x *exchange) complete(now time.Time) step {
 	case errors.Is(err, errStopped):
 		return x.onShutdown(now)
 	default:
-		// The stream's context ended: the client left before its request
-		// reached the scheduler. Nobody waits for an answer.
 		x.adm.abandon()
-		x.stage = stageOver
-		return step{end: true, err: errClientGone}
+		return x.departed()
 	}
+}
+
+// departed ends an exchange whose stream's context ended before the
+// dispatcher took its request: the client left, and nobody waits for an
+// answer.
+func (x *exchange) departed() step {
+	x.stage = stageOver
+	return step{end: true, err: errClientGone}
 }
 
 // canCarryRoute reports whether a held request message can carry the

@@ -581,6 +581,23 @@ func TestExchange_ShutdownWhileQueued(t *testing.T) {
 	}
 }
 
+// TestExchange_RouteWithoutTheDispatcher: a request outside admission
+// whose route call fails is answered 503 when the dispatcher stopped, and
+// not at all when the client left first.
+func TestExchange_RouteWithoutTheDispatcher(t *testing.T) {
+	x, env, _ := newTestExchange(t, testConfig(nil))
+	env.routeErr = errStopped
+	if ir := immediateOf(t, x.message(t0, reqHeaders(proto{req: modeBuffered}, "GET", "/v1/models", true))); ir.GetStatus().GetCode() != 503 {
+		t.Fatalf("dispatcher stopped: status %d", ir.GetStatus().GetCode())
+	}
+	x, env, _ = newTestExchange(t, testConfig(nil))
+	env.routeErr = context.Canceled
+	s := x.message(t0, reqHeaders(proto{req: modeBuffered}, "GET", "/v1/models", true))
+	if len(s.send) != 0 || !s.end || !errors.Is(s.err, errClientGone) {
+		t.Fatalf("client gone: send %v end %v err %v", kinds(s.send), s.end, s.err)
+	}
+}
+
 // TestExchange_SubmitAfterTheClientLeft: a submit that fails because the
 // stream's context ended is a departure: nobody is answered, nothing is
 // owed, and the stream ends as a client's normal end.

@@ -144,7 +144,9 @@ func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
 // Register registers the ext_proc service and gRPC health on g: the
 // overall service "", ServiceName, HealthReadiness and
 // HealthInferenceExtension report readiness, HealthLiveness that the
-// process answers; any other name is NOT_FOUND.
+// process answers; any other name is NOT_FOUND. Build g with
+// ServerOptions: without them, a stream that never sends a message is
+// not bounded.
 func (s *Server) Register(g *grpc.Server) {
 	extprocv3.RegisterExternalProcessorServer(g, s)
 	healthgrpc.RegisterHealthServer(g, s.health)
