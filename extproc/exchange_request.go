@@ -168,7 +168,6 @@ func (x *exchange) requestTrailers(now time.Time) step {
 // complete decides a request whose headers and body are read: route it at
 // once when it is outside admission, otherwise plan it and submit it.
 func (x *exchange) complete(now time.Time) step {
-	x.rewrite()
 	if !x.scheduled {
 		if !x.canCarryRoute() {
 			// BUFFERED with trailers and no body: only the trailers reply
@@ -178,7 +177,7 @@ func (x *exchange) complete(now time.Time) step {
 			return x.reject(now, &rejection{reason: reasonBadRequest,
 				message: "a request with trailers and no body cannot be routed: send the request without trailers or with a body"})
 		}
-		model := modelOf(x.body)
+		model := x.rewrite(modelField(x.body))
 		t, ok, err := x.env.route(model, x.subset)
 		switch {
 		case errors.Is(err, errStopped):
@@ -193,7 +192,7 @@ func (x *exchange) complete(now time.Time) step {
 		x.p.metrics.admission.WithLabelValues("routed").Observe(now.Sub(x.start).Seconds())
 		return step{send: x.routeReplies(t)}
 	}
-	pl, rej := x.p.build(now, x.id, x.kind, x.hdr, x.who, x.body, x.headersOnly)
+	pl, rej := x.p.build(now, x.id, x.kind, x.hdr, x.who, x.body, x.headersOnly, x.rewriteParsed)
 	if rej != nil {
 		return x.reject(now, rej)
 	}

@@ -23,7 +23,7 @@ func TestServer_SetModelRewrites(t *testing.T) {
 		if !ok {
 			return model
 		}
-		return modelOf(out)
+		return modelField(out).Name
 	}
 	if got := rewritten("other"); got != "other" {
 		t.Fatalf("before any object: other -> %s", got)

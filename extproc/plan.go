@@ -199,7 +199,7 @@ type plan struct {
 // build parses an admission request's body and makes the scheduler
 // request. body may be nil when the body is unavailable (headers-only
 // processing), which schedules with what the headers say.
-func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInfo, who identity, body []byte, headersOnly bool) (*plan, *rejection) {
+func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInfo, who identity, body []byte, headersOnly bool, rewrite func(*openai.Request)) (*plan, *rejection) {
 	var r openai.Request
 	if !headersOnly {
 		parsed, err := openai.Parse(kind, body)
@@ -207,6 +207,9 @@ func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInf
 			return nil, badRequest(err)
 		}
 		r = *parsed
+		if rewrite != nil {
+			rewrite(&r)
+		}
 	}
 	strict, hasStrict, jump := policy.PriorityInputs(h.lookup, policy.AgentHints{
 		Priority: r.Hints.Priority, StrictPriority: r.Hints.StrictPriority, LatencySensitivity: r.Hints.LatencySensitivity,
@@ -265,18 +268,19 @@ func badRequest(err error) *rejection {
 	return &rejection{reason: reasonBadRequest, message: err.Error()}
 }
 
-// modelOf reads the model of a request body that is not under admission,
-// for routing; "" when there is none or the body is not a JSON object. It
-// makes the same single pass as admission's parse (openai.FindModel).
-func modelOf(body []byte) string {
+// modelField reads the model of a request body that is not under
+// admission, for routing and a rewrite; empty when there is none or the
+// body is not a JSON object. It makes the same single pass as admission's
+// parse (openai.FindModel).
+func modelField(body []byte) openai.ModelField {
 	if len(body) == 0 {
-		return ""
+		return openai.ModelField{}
 	}
 	m, err := openai.FindModel(body)
 	if err != nil {
-		return ""
+		return openai.ModelField{}
 	}
-	return m.Name
+	return m
 }
 
 // prefixCache guards the approximate prefix index, shared by all streams,

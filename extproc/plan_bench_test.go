@@ -45,7 +45,7 @@ func BenchmarkPlan(b *testing.B) {
 		if rej != nil {
 			b.Fatal(rej)
 		}
-		if _, rej := p.build(t0, 1, kind, h, who, body, false); rej != nil {
+		if _, rej := p.build(t0, 1, kind, h, who, body, false, nil); rej != nil {
 			b.Fatal(rej)
 		}
 	}
@@ -64,7 +64,7 @@ func BenchmarkModelOf(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if modelOf(body) != "llama" {
+		if modelField(body).Name != "llama" {
 			b.Fatal("no model")
 		}
 	}

@@ -47,7 +47,7 @@ func TestPlan_ChatTemplate(t *testing.T) {
 	}
 	h := &headerInfo{}
 	good := []byte(`{"model":"chat","messages":[{"role":"user","content":"hello"}]}`)
-	pl, rej := p.build(t0, 1, openai.KindChatCompletions, h, identity{}, good, false)
+	pl, rej := p.build(t0, 1, openai.KindChatCompletions, h, identity{}, good, false, nil)
 	if rej != nil {
 		t.Fatal(rej)
 	}
@@ -63,7 +63,7 @@ func TestPlan_ChatTemplate(t *testing.T) {
 	}
 
 	bad := []byte(`{"model":"chat","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`)
-	_, rej = p.build(t0, 2, openai.KindChatCompletions, h, identity{}, bad, false)
+	_, rej = p.build(t0, 2, openai.KindChatCompletions, h, identity{}, bad, false, nil)
 	if rej == nil {
 		t.Fatal("a conversation the template refuses was admitted")
 	}

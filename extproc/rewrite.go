@@ -124,7 +124,15 @@ func rewriteModel(body []byte, table *rewriteTable, draw func(uint64) uint64) (o
 		return nil, "", "", false
 	}
 	m, err := openai.FindModel(body)
-	if err != nil || m.End == 0 {
+	if err != nil {
+		return nil, "", "", false
+	}
+	return rewriteField(body, m, table, draw)
+}
+
+// rewriteField is rewriteModel for a model field already read.
+func rewriteField(body []byte, m openai.ModelField, table *rewriteTable, draw func(uint64) uint64) (out []byte, from, to string, ok bool) {
+	if m.End == 0 || table.empty() {
 		return nil, "", "", false
 	}
 	ts := table.targets(m.Name)
@@ -145,20 +153,30 @@ func rewriteModel(body []byte, table *rewriteTable, draw func(uint64) uint64) (o
 }
 
 // rewrite applies the model rewrite table in force (--model-rewrite and
-// the pool's InferenceModelRewrite objects) to the request body when
-// the body mode lets tollgate replace it: BUFFERED (and a complete
-// BUFFERED_PARTIAL body), STREAMED with the chunks held, and
-// FULL_DUPLEX_STREAMED. The rewritten body is what tollgate prices and
-// routes; it goes to Envoy with the route.
-func (x *exchange) rewrite() {
+// the pool's InferenceModelRewrite objects) to the request body's model
+// field m, when the body mode lets tollgate replace the body: BUFFERED
+// (and a complete BUFFERED_PARTIAL body), STREAMED with the chunks held,
+// and FULL_DUPLEX_STREAMED. The rewritten body is what tollgate prices and
+// routes; it goes to Envoy with the route. It returns the model the
+// request now names.
+func (x *exchange) rewrite(m openai.ModelField) string {
 	if x.headersOnly {
-		return
+		return m.Name
 	}
-	if out, from, to, ok := rewriteModel(x.body, x.p.rewrites.Load(), rand.Uint64N); ok {
-		x.rewrittenFrom, x.rewrittenTo = from, to
-		x.log.Debug("model rewritten", "request", x.id, "from", from, "to", to)
-		x.body, x.newBody = out, out
+	out, from, to, ok := rewriteField(x.body, m, x.p.rewrites.Load(), rand.Uint64N)
+	if !ok {
+		return m.Name
 	}
+	x.rewrittenFrom, x.rewrittenTo = from, to
+	x.log.Debug("model rewritten", "request", x.id, "from", from, "to", to)
+	x.body, x.newBody = out, out
+	return to
+}
+
+// rewriteParsed rewrites a parsed admission request before it is priced:
+// its body, and the model it is scheduled and hashed under.
+func (x *exchange) rewriteParsed(r *openai.Request) {
+	r.Model = x.rewrite(r.ModelField)
 }
 
 // restoresModel reports whether response bodies get the client's model

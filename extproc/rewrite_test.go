@@ -112,7 +112,7 @@ func TestRestoreModel(t *testing.T) {
 	}
 }
 
-// modelOf reads the model as admission's parse does: the exact key, the
+// modelField reads the model as admission's parse does: the exact key, the
 // last when repeated, nothing from a body that is not a JSON object.
 func TestModelOf(t *testing.T) {
 	for body, want := range map[string]string{
@@ -124,8 +124,25 @@ func TestModelOf(t *testing.T) {
 		`{"model":"llama"`:                "",
 		``:                                "",
 	} {
-		if got := modelOf([]byte(body)); got != want {
-			t.Errorf("modelOf(%s) = %q, want %q", body, got, want)
+		if got := modelField([]byte(body)).Name; got != want {
+			t.Errorf("modelField(%s).Name = %q, want %q", body, got, want)
 		}
+	}
+}
+
+// TestExchange_RewriteBeforePricing: an admission request's body is read
+// once; the rewrite applies to the parsed request, so the scheduler sees
+// the new model and Envoy gets the rewritten body with the route.
+func TestExchange_RewriteBeforePricing(t *testing.T) {
+	x, env, p := newTestExchange(t, testConfig(nil))
+	p.rewrites.Store(&rewriteTable{exact: map[string][]RewriteTarget{"llama": {{Model: "llama-3.1-8b", Weight: 1}}}})
+	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+	if len(env.submits) != 1 || env.submits[0].Model != "llama-3.1-8b" {
+		t.Fatalf("submitted %+v, want model llama-3.1-8b", env.submits)
+	}
+	s := tell(x, t0, dispatched(false))
+	body := s.send[0].GetRequestBody().GetResponse().GetBodyMutation().GetBody()
+	if !strings.Contains(string(body), `"model":"llama-3.1-8b"`) || strings.Contains(string(body), `"model":"llama"`) {
+		t.Errorf("forwarded body %s", body)
 	}
 }

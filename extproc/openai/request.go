@@ -18,6 +18,9 @@ type Request struct {
 	// Model is the requested model, at most MaxModelNameBytes long; empty
 	// only for KindGenerate, where it is optional.
 	Model string
+	// ModelField is the model with the byte range of its raw value in the
+	// body, for a rewrite that replaces it in place.
+	ModelField ModelField
 	// Stream is the request's stream flag.
 	Stream bool
 	// MaxTokens is the output budget: max_completion_tokens, else
@@ -125,19 +128,24 @@ func Parse(kind Kind, data []byte) (*Request, error) {
 
 func parse(kind Kind, data []byte) (*Request, *Error) {
 	var b body
-	if err := topFields(data, func(key, val []byte, _ int) *Error {
+	var model ModelField
+	if err := topFields(data, func(key, val []byte, off int) *Error {
 		if p := b.field(key); p != nil {
 			*p = val
+		}
+		if string(key) == "model" {
+			model.Start, model.End = off, off+len(val)
 		}
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	r := &Request{Kind: kind}
+	r := &Request{Kind: kind, ModelField: model}
 	var err *Error
 	if r.Model, err = optString(b.Model, "model"); err != nil {
 		return nil, err
 	}
+	r.ModelField.Name = r.Model
 	if len(r.Model) > MaxModelNameBytes {
 		return nil, invalid("model", fmt.Sprintf("at most %d bytes long (got %d)", MaxModelNameBytes, len(r.Model)))
 	}

@@ -148,7 +148,7 @@ func TestParseShapes(t *testing.T) {
 			want.Kind = tc.kind
 			want.TextBytes = len(want.Text)
 			// Messages and Tools are the raw members (TestParseChatRaw).
-			if diff := cmp.Diff(&want, got, cmpopts.IgnoreFields(Request{}, "Messages", "Tools")); diff != "" {
+			if diff := cmp.Diff(&want, got, cmpopts.IgnoreFields(Request{}, "Messages", "Tools", "ModelField")); diff != "" {
 				t.Errorf("Parse (-want +got):\n%s", diff)
 			}
 		})
@@ -504,4 +504,24 @@ func FuzzStringValue(f *testing.F) {
 			t.Fatalf("stringValue(%q) = %q, %v; encoding/json says %q", raw, got, perr, want)
 		}
 	})
+}
+
+// TestParse_ModelField: the parse records where the model's raw value is,
+// the last one when repeated, so a rewrite can replace it in place
+// without a second pass over the body.
+func TestParse_ModelField(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"model":"llama","prompt":"hi"}`:                 `"llama"`,
+		`{"prompt":"hi", "model" : "a\u0062"}`:            `"a\u0062"`,
+		`{"model":"x","prompt":"hi","model":"llama-3.1"}`: `"llama-3.1"`,
+	} {
+		r, err := Parse(KindCompletions, []byte(body))
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		m := r.ModelField
+		if got := body[m.Start:m.End]; got != want || m.Name != r.Model {
+			t.Errorf("%s: range holds %s, name %q; want %s and %q", body, got, m.Name, want, r.Model)
+		}
+	}
 }
