@@ -34,6 +34,8 @@ func FuzzExchange(f *testing.F) {
 		{3, 3, 1, 1, 20, 21, 30, 31, 32, 33},
 		{2, 4, 1, 1, 20, 21, 40, 41, 24, 42},
 		{0, 1, 1, 0, 30, 41, 50, 52},
+		{2, 1, 17, 1, 20, 21, 40, 41, 42, 43},
+		{2, 1, 8, 0, 41, 42},
 	} {
 		f.Add(seed)
 	}
@@ -82,6 +84,12 @@ func newExchangeRun(t *testing.T, req, resp, flags, path byte) *exchangeRun {
 		p: proto{req: fuzzModes[int(req)%len(fuzzModes)], resp: fuzzModes[int(resp)%len(fuzzModes)], early: flags&1 != 0}}
 	if flags&2 != 0 {
 		env.submitErr = context.Canceled
+	}
+	if flags&8 != 0 {
+		env.routeErr = context.Canceled
+	}
+	if flags&16 != 0 {
+		x.p.rewrites.Store(&rewriteTable{exact: map[string][]RewriteTarget{"llama": {{Model: "llama-3", Weight: 1}}}})
 	}
 	method, route := "POST", "/v1/chat/completions"
 	if path%4 == 0 {
