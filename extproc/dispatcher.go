@@ -65,6 +65,12 @@ type decision struct {
 // noticeCap is the capacity of a stream's notice box: one of each kind.
 const noticeCap = 3
 
+// eventBuffer is the capacity of the dispatcher's event channel. A stream
+// hands over its submit, first token and release without waiting for the
+// dispatcher to take them, so 64 streams do not queue up on one
+// rendezvous; past the buffer, senders wait.
+const eventBuffer = 256
+
 // serving is the replica's serving state: its leadership, its shutdown
 // and its worker set. The dispatcher owns it and publishes it as one
 // snapshot for gRPC health, /readyz and the state metrics.
@@ -172,7 +178,7 @@ type dispatcherHooks struct {
 
 func newDispatcher(sch scheduler, ws *workerSet, now func() time.Time, log *slog.Logger, hooks dispatcherHooks) *dispatcher {
 	d := &dispatcher{
-		events:  make(chan event),
+		events:  make(chan event, eventBuffer),
 		stopped: make(chan struct{}),
 		log:     log,
 		now:     now,
@@ -379,6 +385,11 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 // ctx ended first.
 func (d *dispatcher) send(ctx context.Context, ev event) error {
 	select {
+	case <-d.stopped:
+		return errStopped
+	default:
+	}
+	select {
 	case d.events <- ev:
 		return nil
 	case <-d.stopped:
@@ -388,14 +399,27 @@ func (d *dispatcher) send(ctx context.Context, ev event) error {
 	}
 }
 
-// call sends an event that answers and waits for the answer. Once the
-// dispatcher has taken the event it always answers.
+// call sends an event that answers and waits for the answer, at most until
+// ctx ends. Once the dispatcher has taken the event it always answers; an
+// event still in the buffer when it stopped gets errStopped.
 func (d *dispatcher) call(ctx context.Context, ev event) (reply, error) {
 	ev.reply = make(chan reply, 1)
 	if err := d.send(ctx, ev); err != nil {
 		return reply{}, err
 	}
-	return <-ev.reply, nil
+	select {
+	case r := <-ev.reply:
+		return r, nil
+	case <-ctx.Done():
+		return reply{}, ctx.Err()
+	case <-d.stopped:
+		select {
+		case r := <-ev.reply:
+			return r, nil
+		default:
+			return reply{}, errStopped
+		}
+	}
 }
 
 // subsetUnmatched answers a request whose endpoint subset names no worker

@@ -345,3 +345,29 @@ func TestDispatcher_SendAfterStopFails(t *testing.T) {
 		t.Fatalf("call after stop: %v", err)
 	}
 }
+
+// TestDispatcher_CallWaitsAtMostItsContext: with the event buffered, a
+// call to a dispatcher that is not running (yet) still ends with its
+// context, and one made after the dispatcher stopped gets errStopped.
+func TestDispatcher_CallWaitsAtMostItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ws, _ := newWorkerSet(nil)
+		d := newDispatcher(&fakeScheduler{}, ws, time.Now, slog.New(slog.DiscardHandler), dispatcherHooks{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := d.call(ctx, event{kind: evStats}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("call before run: %v", err)
+		}
+		runCtx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); d.run(runCtx) }()
+		if r, err := d.call(context.Background(), event{kind: evStats}); err != nil || r.stats.Capacity != 7 {
+			t.Fatalf("call while running: %+v %v", r, err)
+		}
+		stop()
+		<-done
+		if _, err := d.call(context.Background(), event{kind: evStats}); !errors.Is(err, errStopped) {
+			t.Fatalf("call after stop: %v", err)
+		}
+	})
+}
