@@ -124,11 +124,9 @@ func (a *admission) reportFirstToken() {
 
 // release tells the scheduler the request is over, when anything is owed.
 func (a *admission) release() {
-	switch a.state {
-	case admissionSubmitted, admissionQueued, admissionInFlight:
+	if a.owes() {
 		a.state = admissionReleased
 		a.env.release(a.id)
-	case admissionIdle, admissionReleased:
 	}
 }
 

@@ -158,19 +158,14 @@ func (l *streamLoop) run(m *extprocv3.ProcessingRequest) error {
 	for {
 		for _, m := range st.send {
 			if err := l.stream.Send(m); err != nil {
-				if l.ctx.Err() != nil {
-					return l.end(status.FromContextError(l.ctx.Err()).Err())
+				if l.ctx.Err() != nil { // the stream ended: say how
+					err = status.FromContextError(l.ctx.Err()).Err()
 				}
-				l.x.close(time.Now(), err)
-				return err
+				return l.end(err)
 			}
 		}
 		if st.end {
-			l.x.close(time.Now(), st.err)
-			if errors.Is(st.err, errClientGone) {
-				return nil
-			}
-			return st.err
+			return l.end(st.err)
 		}
 		if l.in == nil && l.x.preemptible() {
 			l.startReader()
@@ -286,14 +281,16 @@ func lastRecvErr(in <-chan received) error {
 	return io.EOF
 }
 
-// end closes the exchange after a Recv error or the end of the stream. A
-// half-close (io.EOF) or a reset (Canceled) is Envoy's normal way to end a
-// stream. Any other error (for example a message over the receive limit,
-// which gRPC answers with ResourceExhausted itself) ends the stream with
-// that error: Envoy fails the request closed with its status_on_error.
+// end closes the exchange and returns what Process returns, whatever ended
+// the stream: nil after a final answer; a half-close (io.EOF), a reset
+// (Canceled) or a client that left (errClientGone) is Envoy's normal way
+// to end a stream. Any other error (a protocol error, a failed Send, a
+// message over the receive limit, which gRPC answers with
+// ResourceExhausted itself) ends the stream with that error: Envoy fails
+// the request closed with its status_on_error.
 func (l *streamLoop) end(err error) error {
 	now := time.Now()
-	if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
+	if errors.Is(err, io.EOF) || errors.Is(err, errClientGone) || status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
 		l.x.close(now, errClientGone)
 		return nil
 	}
