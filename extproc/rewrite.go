@@ -113,24 +113,12 @@ func pickTarget(ts []RewriteTarget, draw func(uint64) uint64) string {
 	return ts[len(ts)-1].Model
 }
 
-// rewriteModel returns body with its top-level "model" replaced by one of
-// the table's targets for it (chosen by weight with draw), the model it
-// replaced and the one it wrote, and whether it changed. The new value is
-// spliced in place of the old: every other byte is kept as it was sent. A
-// body that is not a JSON object, or names a model outside the table, is
+// rewriteField returns body with its top-level "model" field m replaced
+// by one of the table's targets for it (chosen by weight with draw), the
+// model it replaced and the one it wrote, and whether it changed. The new
+// value is spliced in place of the old: every other byte is kept as it was
+// sent. A body without the field, or naming a model outside the table, is
 // left alone.
-func rewriteModel(body []byte, table *rewriteTable, draw func(uint64) uint64) (out []byte, from, to string, ok bool) {
-	if table.empty() || len(body) == 0 {
-		return nil, "", "", false
-	}
-	m, err := openai.FindModel(body)
-	if err != nil {
-		return nil, "", "", false
-	}
-	return rewriteField(body, m, table, draw)
-}
-
-// rewriteField is rewriteModel for a model field already read.
 func rewriteField(body []byte, m openai.ModelField, table *rewriteTable, draw func(uint64) uint64) (out []byte, from, to string, ok bool) {
 	if m.End == 0 || table.empty() {
 		return nil, "", "", false

@@ -8,6 +8,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// rewriteModel reads a body's model field and rewrites it, as an exchange
+// does for a request outside admission.
+func rewriteModel(body []byte, table *rewriteTable, draw func(uint64) uint64) (out []byte, from, to string, ok bool) {
+	return rewriteField(body, modelField(body), table, draw)
+}
+
 func TestRewriteModel(t *testing.T) {
 	table := map[string][]RewriteTarget{"alias": {{"llama-3-8b", 1}}, "same": {{"same", 1}}}
 	for _, c := range []struct {
