@@ -334,6 +334,18 @@ func (d *dispatcher) tell(id uint64, n notice) {
 	}
 }
 
+// decide tells request a.ID the scheduler's decision. The decision is made
+// only for a request with a box: a Release of a queued request reports a
+// reject that nobody waits for.
+func (d *dispatcher) decide(a *sched.Action, t target) {
+	if d.boxes[a.ID] == nil {
+		return
+	}
+	dc := &decision{action: *a, target: t}
+	dc.action.Fallbacks = nil // the scheduler's slice, resolved into t
+	d.tell(a.ID, notice{kind: noticeDecided, decision: dc})
+}
+
 // deliver turns the scheduler's actions into notices. acts is the
 // scheduler's reused slice: it is fully consumed before the scheduler is
 // called again.
@@ -354,21 +366,17 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 				// nowhere, and release the booking below.
 				d.log.Error("dispatch to a worker outside the worker set", "request", a.ID, "worker", a.Worker)
 				rej := *a
-				rej.Kind, rej.Outcome, rej.Message, rej.Fallbacks = sched.ActionReject, sched.OutcomeNoEndpoints, "no endpoints available to route work", nil
-				d.tell(a.ID, notice{kind: noticeDecided, decision: &decision{action: rej}})
+				rej.Kind, rej.Outcome, rej.Message = sched.ActionReject, sched.OutcomeNoEndpoints, "no endpoints available to route work"
+				d.decide(&rej, target{})
 				delete(d.boxes, a.ID)
 				d.cancels = append(d.cancels, a.ID)
 				continue
 			}
 			// a.Fallbacks is the scheduler's: resolve it before its next call.
-			dc := &decision{action: *a, target: d.workers.withFallbacks(tg, a.Fallbacks)}
-			dc.action.Fallbacks = nil
-			d.tell(a.ID, notice{kind: noticeDecided, decision: dc})
+			d.decide(a, d.workers.withFallbacks(tg, a.Fallbacks))
 		case sched.ActionReject:
-			if d.boxes[a.ID] != nil {
-				d.tell(a.ID, notice{kind: noticeDecided, decision: &decision{action: *a}})
-				delete(d.boxes, a.ID)
-			}
+			d.decide(a, target{})
+			delete(d.boxes, a.ID)
 		case sched.ActionPreempt:
 			d.tell(a.ID, notice{kind: noticePreempted})
 			delete(d.boxes, a.ID)
