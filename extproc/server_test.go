@@ -218,6 +218,19 @@ func (c *clientStream) finish() {
 	}
 }
 
+// admitThenQueue opens a, which takes the only slot, and b, which queues
+// behind it; each has had its two replies (the headers' CONTINUE, then the
+// route or the override).
+func (ts *testServer) admitThenQueue(p proto) (a, b *clientStream) {
+	ts.t.Helper()
+	a, b = ts.open(), ts.open()
+	for _, c := range []*clientStream{a, b} {
+		c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
+		c.recvKinds(2)
+	}
+	return a, b
+}
+
 // waitIdle waits until the scheduler holds nothing: no slot, no queue, no
 // booking.
 func (ts *testServer) waitIdle() {
@@ -344,12 +357,7 @@ func TestServer_HalfCloseWhileQueuedIsReleasedAfterItsRoute(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
 		p := proto{req: modeBuffered}
-		a := ts.open()
-		a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-		a.recvKinds(2)
-		b := ts.open()
-		b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-		b.recvKinds(2) // headers, override
+		a, b := ts.admitThenQueue(p)
 		if err := b.s.CloseSend(); err != nil {
 			t.Fatal(err)
 		}
@@ -428,12 +436,7 @@ func TestServer_DrainAnswersQueuedAndWaitsForInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}, DrainDelay: 10 * time.Millisecond}, oneWorker)
 		p := proto{req: modeBuffered, resp: modeStreamed}
-		a := ts.open()
-		a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-		a.recvKinds(2)
-		b := ts.open()
-		b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-		b.recvKinds(2)
+		a, b := ts.admitThenQueue(p)
 		drained := make(chan error, 1)
 		go func() { drained <- ts.srv.Drain(context.Background()) }()
 		m := b.recv()
@@ -475,12 +478,7 @@ func TestServer_StandbyAnswersQueuedAndNewRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
 		p := proto{req: modeBuffered, resp: modeStreamed}
-		a := ts.open()
-		a.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-		a.recvKinds(2)
-		b := ts.open()
-		b.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
-		b.recvKinds(2)
+		a, b := ts.admitThenQueue(p)
 		if err := ts.srv.SetActive(context.Background(), false); err != nil {
 			t.Fatal(err)
 		}
