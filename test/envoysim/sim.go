@@ -72,13 +72,21 @@ func New(cfg Config) (*Sim, error) {
 
 // newTransport returns the upstream HTTP/1.1 transport: no proxy, no
 // compression, pools sized for many concurrent requests per worker. dial,
-// when set, replaces the TCP dialer.
+// when set, replaces the TCP dialer; its connections are not reused. The
+// in-memory connections tests dial (grpc's bufconn, through test/memnet)
+// apply a past read deadline from a timer goroutine, which can fire after
+// the deadline was cleared again; net/http's server sets and clears one
+// around every request on a kept-alive connection to stop its background
+// read, so the stale timeout then ends the next request's read and the
+// server cancels that request as if its client had gone.
 func newTransport(connectTimeout time.Duration, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+	reuse := dial == nil
 	if dial == nil {
 		dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
 	}
 	return &http.Transport{
-		Proxy: nil,
+		DisableKeepAlives: !reuse,
+		Proxy:             nil,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 			defer cancel()
