@@ -217,10 +217,11 @@ func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInf
 	cls, present := h.lookup(policy.HeaderPolicyClass)
 	pl := &plan{textBytes: r.TextBytes}
 	bs := int(p.cfg.Sched.BlockSize)
+	seed := p.prefix.seed(r.Model)
 	switch {
 	case len(r.TokenIDs) > 0:
 		pl.estimate, pl.exact = len(r.TokenIDs), true
-		pl.hashes = prefix.HashTokens(r.Model, r.TokenIDs, bs, nil)
+		pl.hashes = prefix.HashTokens(seed, r.TokenIDs, bs, nil)
 	case r.Text != "":
 		ids, n, exact, rej := promptTokens(p.tok, &r)
 		if rej != nil {
@@ -229,9 +230,9 @@ func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInf
 		pl.estimate = n
 		if exact {
 			pl.exact = true
-			pl.hashes = prefix.HashTokens(r.Model, ids, bs, nil)
+			pl.hashes = prefix.HashTokens(seed, ids, bs, nil)
 		} else {
-			pl.hashes = prefix.HashBytes(r.Model, r.Text, bs*p.cfg.PrefixBytesPerToken, nil)
+			pl.hashes = prefix.HashBytes(seed, r.Text, bs*p.cfg.PrefixBytesPerToken, nil)
 		}
 	}
 	pl.cachedByWorker = p.prefix.lookup(now, pl.hashes, uint64(bs), pl.exact)
@@ -295,6 +296,15 @@ type prefixCache struct {
 
 // lookup returns the cached tokens of a prompt per worker. Token hashes
 // (exact set) are priced by the KV events for every worker in sync, and
+// seed returns the block-hash seed of a request for model: the model when
+// the engines' KV events named it as a LoRA adapter, else the base seed "".
+func (c *prefixCache) seed(model string) string {
+	if c.events == nil {
+		return ""
+	}
+	return c.events.Index().SeedFor(model)
+}
+
 // by the approximate index elsewhere.
 func (c *prefixCache) lookup(now time.Time, hashes []uint64, blockTokens uint64, exact bool) []sched.CachedTokens {
 	if len(hashes) == 0 {

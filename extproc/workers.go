@@ -353,7 +353,7 @@ func newWorkerSet(ws []Worker) (*workerSet, error) {
 		s.byID[w.ID] = workerAddr{address: ap.String(), ap: ap, ranks: max(w.DPSize, 1)}
 		u, _ := enginemetrics.ResolveURL(ap.String(), w.MetricsURL) // validated above
 		s.targets = append(s.targets, enginemetrics.Target{Worker: w.ID, URL: u, DPStart: w.DPStartRank, DPSize: w.DPSize})
-		s.kv[i] = kvevents.Endpoint{Worker: w.ID, Model: w.Model, Address: ap.Addr().String(),
+		s.kv[i] = kvevents.Endpoint{Worker: w.ID, Address: ap.Addr().String(),
 			Endpoint: w.KVEventsEndpoint, Replay: w.KVEventsReplayEndpoint, DPStart: w.DPStartRank, DPSize: w.DPSize}
 	}
 	return s, nil

@@ -1,8 +1,13 @@
 package kvevents
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/prefix"
 )
 
 // ingestPayloads returns n distinct vLLM batches (array shape, integer
@@ -43,7 +48,7 @@ func BenchmarkIngest(b *testing.B) {
 	ix := NewIndex(16, 0, 0)
 	d := NewDecoder()
 	var batch Batch
-	s := Stream{Worker: "w0", Model: "llama"}
+	s := Stream{Worker: "w0"}
 	group := int64(-1)
 	b.ReportAllocs()
 	n := 0
@@ -58,4 +63,127 @@ func BenchmarkIngest(b *testing.B) {
 		n++
 	}
 	b.ReportMetric(float64(n*events*blocks)/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// floodPayload encodes one batch of BlockStored events of 16-token blocks
+// with the given token counts; token ids are below 128 (one byte each), so
+// that a payload under MaxPayloadBytes carries as many as it can.
+func floodPayload(eventTokens ...int) []byte {
+	var b Batch
+	h := uint64(1) << 20
+	for _, n := range eventTokens {
+		ev := Event{Kind: KindStored, BlockSize: 16, Medium: "GPU", Tokens: make([]uint32, n)}
+		for i := range ev.Tokens {
+			ev.Tokens[i] = uint32(i*7+len(b.Events)) % 128
+		}
+		for range n / 16 {
+			ev.Hashes = append(ev.Hashes, h)
+			h++
+		}
+		b.Events = append(b.Events, ev)
+	}
+	p := Encode(&b, Encoding{Shape: ShapeArray})
+	if len(p) > MaxPayloadBytes {
+		panic("flood payload over the payload cap")
+	}
+	return p
+}
+
+// BenchmarkLookupDuringFlood measures the latency of exact-index lookups
+// (an 8k-token prompt over 8 workers) made every 200µs while one stream
+// floods the index with maximum-size batches: "huge-event" is one event of
+// 12M token ids, "max-events" a batch of 180 events of 64k tokens; "fresh"
+// clears the stream between batches so that every block is stored anew.
+// Latency counts from when each lookup was due, so that a stalled lookup
+// also delays the ones behind it; call- latency is the Lookup call alone.
+// It reports p50, p99 and max in µs.
+func BenchmarkLookupDuringFlood(b *testing.B) {
+	const bs = 16
+	many := make([]int, 180)
+	for i := range many {
+		many[i] = 1 << 16
+	}
+	huge, maxEvents := floodPayload(12_000_000), floodPayload(many...)
+	cleared := Encode(&Batch{Events: []Event{{Kind: KindCleared}}}, Encoding{Shape: ShapeArray})
+	for _, fl := range []struct {
+		name    string
+		payload []byte
+		fresh   bool
+	}{{"idle", nil, false}, {"huge-event", huge, false}, {"max-events", maxEvents, false}, {"max-events-fresh", maxEvents, true}} {
+		b.Run(fl.name, func(b *testing.B) {
+			ix := NewIndex(bs, 0, 0)
+			prompt := make([]uint32, 8192)
+			for i := range prompt {
+				prompt[i] = uint32(1000 + i)
+			}
+			var victims Batch
+			victims.Events = []Event{{Kind: KindStored, BlockSize: bs, Tokens: prompt}}
+			for i := range len(prompt) / bs {
+				victims.Events[0].Hashes = append(victims.Events[0].Hashes, uint64(i))
+			}
+			for w := range 8 {
+				g := int64(-1)
+				ix.Apply(time.Time{}, Stream{Worker: fmt.Sprintf("v%d", w)}, &victims, &g)
+			}
+			q := prefix.HashTokens("", prompt, bs, nil)
+			stop, done := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(done)
+				if fl.payload == nil {
+					return
+				}
+				d, g := NewDecoder(), int64(-1)
+				var batch Batch
+				apply := func(p []byte) {
+					if err := d.Decode(p, &batch); err != nil {
+						panic(err)
+					}
+					ix.Apply(time.Time{}, Stream{Worker: "flood"}, &batch, &g)
+				}
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					apply(fl.payload)
+					if fl.fresh {
+						apply(cleared)
+					}
+				}
+			}()
+			const every = 200 * time.Microsecond
+			var lat, call []time.Duration
+			var dst []sched.CachedTokens
+			start := time.Now()
+			i := 0
+			for b.Loop() {
+				due := start.Add(time.Duration(i) * every)
+				i++
+				if d := time.Until(due); d > 0 {
+					time.Sleep(d)
+				}
+				t0 := time.Now()
+				dst, _ = ix.Lookup(time.Time{}, q, bs, nil, dst[:0])
+				lat = append(lat, time.Since(due))
+				call = append(call, time.Since(t0))
+			}
+			b.StopTimer()
+			close(stop)
+			<-done
+			if len(dst) != 8 {
+				b.Fatalf("lookup found %d workers, want 8", len(dst))
+			}
+			for _, m := range []struct {
+				name string
+				d    []time.Duration
+			}{{"", lat}, {"call-", call}} {
+				slices.Sort(m.d)
+				us := func(q float64) float64 { return float64(m.d[int(q*float64(len(m.d)-1))]) / 1e3 }
+				b.ReportMetric(us(0.5), m.name+"p50-µs")
+				b.ReportMetric(us(0.99), m.name+"p99-µs")
+				b.ReportMetric(us(1), m.name+"max-µs")
+			}
+		})
+	}
 }

@@ -15,6 +15,13 @@ import (
 // MaxPayloadBytes bounds one batch payload; larger ones are dropped.
 const MaxPayloadBytes = 16 << 20
 
+// MaxEventTokens bounds the token ids, and the block hashes, kept of one
+// event. Engines send a few blocks per event (a few KB); one nears the cap
+// only when it caches that many tokens of a prompt in one step. Beyond it
+// the event is truncated (Event.Truncated), so that neither memory nor the
+// index's work per event grows with the payload.
+const MaxEventTokens = 1 << 16
+
 // maxDepth bounds the nesting of values the decoder skips.
 const maxDepth = 16
 
@@ -64,6 +71,12 @@ type Event struct {
 	// ExtraKeys is set when some block carries hash inputs beyond its
 	// tokens and LoRA name (multimodal hashes, cache salt, …).
 	ExtraKeys bool
+	// Truncated is set when the event named more than MaxEventTokens token
+	// ids or block hashes. A BlockStored then holds the whole blocks of its
+	// first MaxEventTokens tokens (no tokens when its counts disagree, so
+	// that it is refused as the whole would be); a BlockRemoved holds its
+	// first MaxEventTokens hashes.
+	Truncated bool
 }
 
 // Batch is one decoded event batch.
@@ -84,6 +97,9 @@ type Decoder struct {
 	dec      *msgpack.Decoder
 	buf      []byte
 	interned []string
+	// tokens and hashes count the token ids and block hashes the current
+	// event named, kept or not.
+	tokens, hashes int
 }
 
 // NewDecoder returns a Decoder.
@@ -204,8 +220,12 @@ func (d *Decoder) events(b *Batch) error {
 		}
 		ev := &b.Events[len(b.Events)-1]
 		*ev = Event{Hashes: ev.Hashes[:0], Tokens: ev.Tokens[:0]}
+		d.tokens, d.hashes = 0, 0
 		if err := d.event(ev); err != nil {
 			return err
+		}
+		if ev.Truncated && ev.Kind == KindStored {
+			trimStored(ev, d.tokens, d.hashes)
 		}
 	}
 	return nil
@@ -331,8 +351,13 @@ func (d *Decoder) eventField(ev *Event, key string) error {
 			if herr != nil {
 				return herr
 			}
-			ev.Hashes = append(ev.Hashes, h)
+			if len(ev.Hashes) < MaxEventTokens {
+				ev.Hashes = append(ev.Hashes, h)
+			} else {
+				ev.Truncated = true
+			}
 		}
+		d.hashes += n
 	case "parent_block_hash":
 		if d.nilNext() {
 			return nil
@@ -344,8 +369,7 @@ func (d *Decoder) eventField(ev *Event, key string) error {
 		if lerr != nil {
 			return malformed("token_ids: %v", lerr)
 		}
-		var terr error
-		if ev.Tokens, terr = d.tokens(n, ev.Tokens); terr != nil {
+		if terr := d.tokenIDs(n, ev); terr != nil {
 			return terr
 		}
 	case "block_size":
@@ -651,22 +675,43 @@ func (d *Decoder) advance(n int) error {
 	return err
 }
 
-// tokens appends n token ids read straight from the payload: they are the
-// bulk of every BlockStored, too many for the generic decoder's per-value
-// reads.
-func (d *Decoder) tokens(n int, dst []uint32) ([]uint32, error) {
+// tokenIDs reads n token ids straight from the payload (they are the bulk
+// of every BlockStored, too many for the generic decoder's per-value
+// reads) and appends those within MaxEventTokens to ev.Tokens.
+func (d *Decoder) tokenIDs(n int, ev *Event) error {
 	b := d.payload[d.pos():]
+	keep := max(0, min(n, MaxEventTokens-len(ev.Tokens)))
+	ev.Truncated = ev.Truncated || keep < n
 	i := 0
-	for range n {
+	for j := range n {
 		v, size, neg, ok := intAt(b[i:])
 		if !ok || neg || v > math.MaxUint32 {
-			return dst, malformed("token_ids: not a token id")
+			return malformed("token_ids: not a token id")
 		}
-		dst = append(dst, uint32(v))
+		if j < keep {
+			ev.Tokens = append(ev.Tokens, uint32(v))
+		}
 		i += size
 	}
+	d.tokens += n
 	if err := d.advance(i); err != nil {
-		return dst, malformed("token_ids: %v", err)
+		return malformed("token_ids: %v", err)
 	}
-	return dst, nil
+	return nil
+}
+
+// trimStored cuts a truncated BlockStored that named tokens token ids and
+// hashes blocks to the whole blocks of the tokens it kept, or to no tokens
+// when the counts disagree.
+func trimStored(ev *Event, tokens, hashes int) {
+	bs := ev.BlockSize
+	if bs == 0 && hashes > 0 {
+		bs = tokens / hashes
+	}
+	if bs <= 0 || tokens != bs*hashes {
+		ev.Tokens = ev.Tokens[:0]
+		return
+	}
+	k := min(len(ev.Hashes), len(ev.Tokens)/bs)
+	ev.Hashes, ev.Tokens, ev.BlockSize = ev.Hashes[:k], ev.Tokens[:k*bs], bs
 }

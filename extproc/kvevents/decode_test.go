@@ -171,7 +171,7 @@ func FuzzDecode(f *testing.F) {
 		// index stays consistent.
 		ix := NewIndex(1, 1<<10, 0)
 		var g int64 = -1
-		ix.Apply(time.Time{}, Stream{Worker: "w", Model: "m"}, &b, &g)
+		ix.Apply(time.Time{}, Stream{Worker: "w"}, &b, &g)
 		if p, _ := ix.Size(); p < 0 || p > 1<<10 {
 			t.Fatalf("index size %d", p)
 		}
@@ -187,4 +187,44 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecodeTruncatesLongEvents: an event naming more than MaxEventTokens
+// tokens or blocks keeps only that many, whole blocks of a store.
+func TestDecodeTruncatesLongEvents(t *testing.T) {
+	seq := func(n int) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = i % 100
+		}
+		return out
+	}
+	stored := func(hashes, tokens int, bs any) []any {
+		return []any{1.0, []any{[]any{"BlockStored", seq(hashes), nil, seq(tokens), bs}}}
+	}
+	for _, tc := range []struct {
+		name               string
+		payload            any
+		hashes, tokens, bs int
+		truncated          bool
+	}{
+		{"within the cap", stored(MaxEventTokens/16, MaxEventTokens, 16), MaxEventTokens / 16, MaxEventTokens, 16, false},
+		{"whole blocks kept", stored(MaxEventTokens/16+3, MaxEventTokens+48, 16), MaxEventTokens / 16, MaxEventTokens, 16, true},
+		{"inferred block size", stored(1000, 70000, nil), 936, 936 * 70, 70, true},
+		{"counts disagree", stored(MaxEventTokens/16, MaxEventTokens+16, 16), MaxEventTokens / 16, 0, 16, true},
+		{"too many hashes", stored(MaxEventTokens+1, MaxEventTokens+1, 1), MaxEventTokens, MaxEventTokens, 1, true},
+		{"removal", []any{1.0, []any{[]any{"BlockRemoved", seq(MaxEventTokens + 1)}}}, MaxEventTokens, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b Batch
+			if err := NewDecoder().Decode(encodeValue(t, tc.payload), &b); err != nil {
+				t.Fatal(err)
+			}
+			ev := b.Events[0]
+			if len(ev.Hashes) != tc.hashes || len(ev.Tokens) != tc.tokens || ev.BlockSize != tc.bs || ev.Truncated != tc.truncated {
+				t.Errorf("kept %d hashes, %d tokens, block size %d, truncated %v; want %d, %d, %d, %v",
+					len(ev.Hashes), len(ev.Tokens), ev.BlockSize, ev.Truncated, tc.hashes, tc.tokens, tc.bs, tc.truncated)
+			}
+		})
+	}
 }

@@ -1,7 +1,9 @@
 package kvevents
 
 import (
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/sched"
@@ -13,9 +15,25 @@ import (
 // speculative entries).
 const DefaultSpeculativeTTL = 2 * time.Second
 
+// applyChunk bounds the work Apply does per hold of the index's lock, in
+// index blocks stored, removed or looked at: a request's Lookup waits for
+// one chunk at most (tens of microseconds), whatever the batch. An engine
+// block is never split, so one hold may reach an engine block's index
+// blocks (MaxEventTokens / the block size at most).
+const applyChunk = 256
+
+// maxLoraNames bounds the LoRA adapter names the index seeds blocks with.
+// A store naming another adapter once that many are known is skipped.
+const maxLoraNames = 1024
+
 // Index is the exact prefix index shared by the subscribers, which apply
 // events, and the request path, which looks prompts up. It is safe for
 // concurrent use.
+//
+// Blocks are seeded by their LoRA adapter's name, and a base model's blocks
+// by the empty seed, whatever the worker's model: a worker whose events
+// name no model prices the requests it serves. SeedFor gives a request's
+// seed.
 type Index struct {
 	mu      sync.Mutex
 	exact   *prefix.Exact
@@ -25,12 +43,18 @@ type Index struct {
 	// speculative entries are not trusted for specTTL after it, since
 	// they may name blocks the engine has since evicted.
 	removedAt map[string]time.Time
-	scratch   []uint64
+	// loras maps each LoRA name the events named to the workers that named
+	// it; loraNames is a copy of its keys for SeedFor, replaced on change.
+	loras     map[string]map[string]struct{}
+	loraNames atomic.Pointer[map[string]struct{}]
 	found     []sched.CachedTokens
 	specBuf   []sched.CachedTokens
 	// changed is the channel Changed handed out, closed by the next change;
 	// nil while nobody waits.
 	changed chan struct{}
+	// afterHold, when set (by tests), is called after Apply lets go of the
+	// lock, with the work done in that hold.
+	afterHold func(work int)
 }
 
 // NewIndex returns an empty index for blockSize-token blocks.
@@ -38,20 +62,75 @@ func NewIndex(blockSize, maxBlocks int, specTTL time.Duration) *Index {
 	if specTTL <= 0 {
 		specTTL = DefaultSpeculativeTTL
 	}
-	return &Index{
+	ix := &Index{
 		exact:     prefix.NewExact(blockSize, maxBlocks),
 		spec:      prefix.New(specTTL, max(maxBlocks/8, 1<<16)),
 		specTTL:   specTTL,
 		removedAt: make(map[string]time.Time),
+		loras:     make(map[string]map[string]struct{}),
+	}
+	ix.loraNames.Store(&map[string]struct{}{})
+	return ix
+}
+
+// SeedFor returns the block-hash seed of a request for model: the model's
+// name when it is a LoRA adapter some worker's events named, else the base
+// seed "". It takes no lock.
+func (ix *Index) SeedFor(model string) string {
+	if _, ok := (*ix.loraNames.Load())[model]; ok {
+		return model
+	}
+	return ""
+}
+
+// noteLora records that worker's events name the LoRA adapter name and
+// reports whether the index seeds with it: "" (the base model) and known
+// names always, a new name while fewer than maxLoraNames are known.
+func (ix *Index) noteLora(name, worker string) bool {
+	if name == "" {
+		return true
+	}
+	ws, ok := ix.loras[name]
+	if !ok {
+		if len(ix.loras) >= maxLoraNames {
+			return false
+		}
+		ws = make(map[string]struct{})
+		ix.loras[name] = ws
+		ix.publishLoras()
+	}
+	ws[worker] = struct{}{}
+	return true
+}
+
+// forgetLoras drops worker from the LoRA names, and the names no worker
+// names any more.
+func (ix *Index) forgetLoras(worker string) {
+	gone := false
+	for name, ws := range ix.loras {
+		delete(ws, worker)
+		if len(ws) == 0 {
+			delete(ix.loras, name)
+			gone = true
+		}
+	}
+	if gone {
+		ix.publishLoras()
 	}
 }
 
-// Stream names one engine publisher: a worker and DP rank, and the model
-// name its blocks are seeded with when an event names no LoRA.
+func (ix *Index) publishLoras() {
+	names := make(map[string]struct{}, len(ix.loras))
+	for name := range ix.loras {
+		names[name] = struct{}{}
+	}
+	ix.loraNames.Store(&names)
+}
+
+// Stream names one engine publisher: a worker and DP rank.
 type Stream struct {
 	Worker string
 	Rank   uint32
-	Model  string
 }
 
 // Applied counts what one batch did.
@@ -59,8 +138,13 @@ type Applied struct {
 	Stored, Removed, Dropped int
 	Cleared                  int
 	// Skipped counts events not indexable: other media, groups or cache
-	// kinds, extra hash keys, unknown parents, block-size mismatches.
+	// kinds, extra hash keys, unknown parents, block-size mismatches, LoRA
+	// names beyond the bound.
 	Skipped int
+	// Truncated counts events that named more than MaxEventTokens tokens
+	// or blocks: a store keeps its leading blocks, a removal clears the
+	// stream.
+	Truncated int
 }
 
 // fullAttention lists the cache kinds whose blocks are prefix-indexable.
@@ -69,56 +153,171 @@ var fullAttention = map[string]bool{"": true, "full_attention": true, "mla_atten
 // Apply applies a decoded batch to a stream at time now. group is the
 // stream's indexed KV-cache group (the first full-attention group it
 // reported), kept by the caller across batches; -1 means not yet known.
+//
+// Block hashes are computed without the lock, and the lock is let go
+// between chunks of applyChunk blocks, so lookups go on during a large
+// batch; they see its events partly applied, as if it had come in parts.
 func (ix *Index) Apply(now time.Time, s Stream, b *Batch, group *int64) Applied {
+	ap := applier{ix: ix, s: s, now: now, group: group}
+	scratch := hashBufs.Get().(*[]uint64)
+	defer hashBufs.Put(scratch)
 	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	defer ix.changedLocked()
-	var a Applied
-	defer func() {
-		if a.Removed > 0 || a.Cleared > 0 {
-			ix.removedAt[s.Worker] = now
-		}
-	}()
 	for i := range b.Events {
-		ev := &b.Events[i]
-		gpu := ev.Medium == "" || ev.Medium == "GPU"
-		switch ev.Kind {
-		case KindStored:
-			if !gpu || !fullAttention[ev.SpecKind] || ev.ExtraKeys || !sameGroup(ev, group) {
-				a.Skipped++
-				continue
-			}
-			seed := s.Model
-			if ev.LoraName != "" {
-				seed = ev.LoraName
-			}
-			st := prefix.Stored{Worker: s.Worker, Rank: s.Rank, Seed: seed, Parent: ev.Parent, HasParent: ev.HasParent,
-				Hashes: ev.Hashes, Tokens: ev.Tokens, BlockSize: ev.BlockSize}
-			n, d, scratch, err := ix.exact.Store(&st, ix.scratch)
-			ix.scratch = scratch
-			if err != nil {
-				a.Skipped++
-				continue
-			}
-			a.Stored += n
-			a.Dropped += d
-		case KindRemoved:
-			if !gpu || (ev.HasGroup && *group >= 0 && ev.Group != *group) {
-				a.Skipped++
-				continue
-			}
-			a.Removed += ix.exact.Remove(s.Worker, s.Rank, ev.Hashes)
-		case KindCleared:
-			if !gpu {
-				a.Skipped++
-				continue
-			}
-			ix.exact.Clear(s.Worker, s.Rank)
-			a.Cleared++
-		case KindUnknown: // the decoder never yields it
-		}
+		*scratch = ap.event(&b.Events[i], *scratch)
 	}
-	return a
+	ix.changedLocked()
+	ap.unlock()
+	return ap.a
+}
+
+// hashBufs are the block-hash buffers of concurrent Apply calls.
+var hashBufs = sync.Pool{New: func() any { return new([]uint64) }}
+
+// applier applies one batch; it holds ix.mu except while it hashes or lets
+// lookups in.
+type applier struct {
+	ix    *Index
+	s     Stream
+	now   time.Time
+	group *int64
+	a     Applied
+	work  int // done in the current hold
+}
+
+func (ap *applier) unlock() {
+	work := ap.work
+	ap.work = 0
+	ap.ix.mu.Unlock()
+	if ap.ix.afterHold != nil {
+		ap.ix.afterHold(work)
+	}
+}
+
+// spend counts n units of work done under the lock and, once a chunk is
+// done, lets the lookups waiting for the lock in.
+func (ap *applier) spend(n int) {
+	ap.work += n
+	if ap.work >= applyChunk {
+		ap.unlock()
+		runtime.Gosched()
+		ap.ix.mu.Lock()
+	}
+}
+
+// event applies one event, hashing into scratch; it returns scratch.
+func (ap *applier) event(ev *Event, scratch []uint64) []uint64 {
+	gpu := ev.Medium == "" || ev.Medium == "GPU"
+	g := ap.group
+	switch ev.Kind {
+	case KindStored:
+		if ev.Truncated {
+			ap.a.Truncated++
+		}
+		if !gpu || !fullAttention[ev.SpecKind] || ev.ExtraKeys || !sameGroup(ev, g) || !ap.ix.noteLora(ev.LoraName, ap.s.Worker) {
+			ap.skip()
+			return scratch
+		}
+		return ap.store(ev, scratch)
+	case KindRemoved:
+		if !gpu || (ev.HasGroup && *g >= 0 && ev.Group != *g) {
+			ap.skip()
+			return scratch
+		}
+		if ev.Truncated {
+			// The blocks beyond the cap may be gone too: forget them all
+			// rather than over-state the cache.
+			ap.a.Truncated++
+			ap.a.Removed += ap.clear()
+			return scratch
+		}
+		ap.remove(ev.Hashes)
+	case KindCleared:
+		if !gpu {
+			ap.skip()
+			return scratch
+		}
+		ap.clear()
+		ap.a.Cleared++
+	case KindUnknown: // the decoder never yields it
+	}
+	return scratch
+}
+
+func (ap *applier) skip() {
+	ap.a.Skipped++
+	ap.spend(1)
+}
+
+// store applies a BlockStored event: it checks it and finds its parent
+// under the lock, hashes its tokens without it, and stores the blocks in
+// chunks.
+func (ap *applier) store(ev *Event, scratch []uint64) []uint64 {
+	x := ap.ix.exact
+	st := prefix.Stored{Worker: ap.s.Worker, Rank: ap.s.Rank, Seed: ev.LoraName, Parent: ev.Parent, HasParent: ev.HasParent,
+		Hashes: ev.Hashes, Tokens: ev.Tokens, BlockSize: ev.BlockSize}
+	parent, err := x.Prepare(&st)
+	if err != nil {
+		ap.skip()
+		return scratch
+	}
+	if len(st.Hashes) == 0 {
+		return scratch
+	}
+	ap.unlock()
+	hs := x.HashStored(&st, parent, scratch[:0])
+	ap.ix.mu.Lock()
+	ratio := len(hs) / len(st.Hashes)
+	for next := 0; next < len(st.Hashes); {
+		n := max(1, (applyChunk-ap.work)/ratio)
+		from := next
+		var stored, dropped int
+		next, stored, dropped, err = x.StoreHashed(&st, parent, hs, from, n)
+		ap.a.Stored += stored
+		ap.a.Dropped += dropped
+		if err != nil {
+			ap.a.Skipped++
+		}
+		ap.spend(min(n, next-from) * ratio)
+	}
+	return hs
+}
+
+// remove applies a BlockRemoved event in chunks.
+func (ap *applier) remove(hashes []uint64) {
+	x := ap.ix.exact
+	for len(hashes) > 0 {
+		per := x.Ratio(ap.s.Worker, ap.s.Rank)
+		n := min(len(hashes), max(1, (applyChunk-ap.work)/per))
+		if removed := x.Remove(ap.s.Worker, ap.s.Rank, hashes[:n]); removed > 0 {
+			ap.a.Removed += removed
+			ap.ix.removedAt[ap.s.Worker] = ap.now
+		}
+		hashes = hashes[n:]
+		ap.spend(n * per)
+	}
+}
+
+// clear drops the stream's blocks in chunks, as a removal, and returns
+// how many it held.
+func (ap *applier) clear() int {
+	ap.ix.removedAt[ap.s.Worker] = ap.now
+	return ap.clearStream()
+}
+
+// clearStream drops the stream's blocks in chunks and returns how many it
+// held.
+func (ap *applier) clearStream() int {
+	n := 0
+	for {
+		limit := max(1, applyChunk-ap.work)
+		removed, done := ap.ix.exact.ClearSome(ap.s.Worker, ap.s.Rank, limit)
+		n += removed
+		if done {
+			ap.spend(max(removed, 1))
+			return n
+		}
+		ap.spend(limit)
+	}
 }
 
 // sameGroup reports whether a store belongs to the stream's indexed group,
@@ -155,12 +354,13 @@ func (ix *Index) changedLocked() {
 	}
 }
 
-// Clear drops a stream's blocks.
+// Clear drops a stream's blocks, in chunks as Apply does.
 func (ix *Index) Clear(worker string, rank uint32) {
+	ap := applier{ix: ix, s: Stream{Worker: worker, Rank: rank}}
 	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	ix.exact.Clear(worker, rank)
+	ap.clearStream()
 	ix.changedLocked()
+	ap.unlock()
 }
 
 // SetSynced marks a stream in or out of sync.
@@ -179,6 +379,7 @@ func (ix *Index) RemoveWorker(worker string) {
 	ix.exact.RemoveWorker(worker)
 	ix.spec.RemoveWorker(worker)
 	delete(ix.removedAt, worker)
+	ix.forgetLoras(worker)
 }
 
 // Size returns the (stream, block) pairs and distinct blocks held.

@@ -30,7 +30,7 @@ func hashes(ids []int) []uint64 {
 	for i, id := range ids {
 		u[i] = uint32(id)
 	}
-	return prefix.HashTokens(mockworker.DefaultModel, u, blockSize, nil)
+	return prefix.HashTokens("", u, blockSize, nil) // base-model blocks: the empty seed
 }
 
 // complete sends a token-id prompt to the worker and waits for the answer.
@@ -99,7 +99,7 @@ func TestLoopbackDial(t *testing.T) {
 			w := startWorker(t, enc, 64)
 			pub, replay := w.KVEventEndpoints()
 			m := newManager(t, "")
-			m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Model: mockworker.DefaultModel, Endpoint: pub, Replay: replay}})
+			m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Endpoint: pub, Replay: replay}})
 
 			// The first batch (sequence 0) syncs the worker.
 			a := prompt(8*blockSize, 1)
@@ -162,7 +162,6 @@ func TestLoopbackBind(t *testing.T) {
 		return m.Index().Synced("w0")
 	})
 	complete(t, w, a)
-	// The topic's model seeds the hashes: the worker entry names none.
 	waitFor(t, "prompt a indexed", func() bool { n, _ := cachedOn(m, "w0", a); return n == 5*blockSize })
 }
 
@@ -191,7 +190,7 @@ func TestLoopbackDataParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
-	m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Model: mockworker.DefaultModel, Endpoint: base, DPSize: 2}})
+	m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Endpoint: base, DPSize: 2}})
 	a := prompt(4*blockSize, 1)
 	probe := 0
 	waitFor(t, "rank 1 indexing", func() bool {
@@ -229,7 +228,7 @@ func TestLoopbackReconnect(t *testing.T) {
 	}
 	w := start()
 	m := newManager(t, "")
-	m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Model: mockworker.DefaultModel, Endpoint: endpoint}})
+	m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Endpoint: endpoint}})
 	// Probes until one stored after the stream is in sync is indexed.
 	probe := 0
 	live := func(w *mockworker.Worker) {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"log/slog"
 	"net"
 	"strconv"
@@ -13,9 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate/tollgate/extproc/kvevents/zmtp"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -24,10 +22,24 @@ const (
 	DefaultResyncAfter    = 30 * time.Second
 	DefaultReplayTimeout  = 10 * time.Second
 	DefaultReconnectDelay = time.Second
+	// DefaultHandshakeTimeout bounds connecting to an engine and the
+	// ZeroMQ handshake, either way.
+	DefaultHandshakeTimeout = zmtp.DefaultHandshakeTimeout
+	// DefaultMaxBindConnections bounds bind mode's connections (one per
+	// engine DP rank).
+	DefaultMaxBindConnections = zmtp.DefaultMaxConns
+	// MaxUnknownRanks bounds, in bind mode, the distinct DP ranks a worker
+	// whose DP size is unknown may publish; batches of further ranks are
+	// dropped (counted).
+	MaxUnknownRanks = 8
 	// TopicPrefix is llm-d's topic convention, kv@<pod>@<model>, and the
 	// subscription filter of bind mode.
 	TopicPrefix = "kv@"
 )
+
+// maxFrames bounds a received message's frames: an event message has three
+// (topic, sequence, payload), a replayed one an empty frame before them.
+const maxFrames = 4
 
 // Config configures a Manager.
 type Config struct {
@@ -47,9 +59,16 @@ type Config struct {
 	ReplayTimeout time.Duration
 	// ReconnectDelay is the wait between connection attempts.
 	ReconnectDelay time.Duration
+	// HandshakeTimeout bounds connecting to an engine's publisher or
+	// replay socket and the handshake, and an engine's handshake in bind
+	// mode; 0 means DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
 	// Bind, when set, is the endpoint of one SUB socket engines connect to,
 	// naming themselves in the topic (kv@<worker>@<model>).
 	Bind string
+	// MaxBindConnections bounds bind mode's connections; 0 means
+	// DefaultMaxBindConnections.
+	MaxBindConnections int
 	// DefaultPort and DefaultReplayPort, when set, are dialled on the
 	// address of every worker that names no endpoint of its own
 	// (InferencePool discovery).
@@ -62,9 +81,6 @@ type Config struct {
 // Endpoint is one worker's event configuration.
 type Endpoint struct {
 	Worker string
-	// Model seeds block hashes when an event names no LoRA; when empty the
-	// topic's model (kv@<pod>@<model>) is used.
-	Model string
 	// Address is the worker's IP, dialled on Config.DefaultPort when
 	// Endpoint is empty.
 	Address string
@@ -75,33 +91,55 @@ type Endpoint struct {
 	// empty when the engine has none.
 	Replay  string
 	DPStart uint32
-	DPSize  uint32
+	// DPSize is the worker's DP ranks; 0 when unknown.
+	DPSize uint32
 }
 
 // Manager runs one subscriber per worker and DP rank (or one bound socket),
 // keeps every stream's sync state and feeds the Index. It is safe for
 // concurrent use.
+//
+// Each worker's index entries have one writer at a time: its subscription
+// in dial mode, the bound socket's goroutine in bind mode. A worker removed
+// or changed by SetWorkers is let go of by that writer once it has stopped
+// (the end of a batch being applied at most), never by SetWorkers, which
+// waits for nothing; a worker's next subscription starts after that.
 type Manager struct {
-	cfg Config
-	idx *Index
-	m   *metrics
-	log *slog.Logger
+	cfg   Config
+	idx   *Index
+	m     *metrics
+	log   *slog.Logger
+	zopts zmtp.Options
 
 	ctx      context.Context
 	cancel   context.CancelFunc
 	bindAddr string
 	wg       sync.WaitGroup
 
-	mu   sync.Mutex
-	subs map[string]*subscription // by worker
-	// bound is the worker set known to bind mode, by worker id.
+	// mu guards the fields below; it is never held across network I/O or
+	// an index update.
+	mu     sync.Mutex
+	closed bool
+	subs   map[string]*subscription // dial mode, by worker
+	// released maps a worker whose subscription was stopped to a channel
+	// closed once that subscription let go of the worker.
+	released map[string]chan struct{}
+	// bound is the worker set known to bind mode, by worker id; gone lists
+	// the workers removed or changed since the bound socket's goroutine
+	// last let go of them, and kick wakes it for them.
 	bound map[string]Endpoint
+	gone  []string
+	kick  chan struct{}
+	// peerErrs are the bind-mode connection errors logged, by reason.
+	peerErrs map[string]bool
 }
 
 type subscription struct {
 	ep     Endpoint
 	cancel context.CancelFunc
-	done   chan struct{}
+	// done is closed once the subscription's streams ended and it let go
+	// of the worker's index entries.
+	done chan struct{}
 }
 
 // New returns a Manager; with cfg.Bind set it binds its SUB socket now.
@@ -109,6 +147,26 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.BlockSize <= 0 {
 		return nil, errors.New("kvevents: block size must be positive")
 	}
+	m := makeManager(cfg)
+	if cfg.Bind != "" {
+		if err := checkEndpoint(cfg.Bind); err != nil {
+			m.cancel()
+			return nil, fmt.Errorf("kvevents: bind endpoint: %w", err)
+		}
+		l, err := zmtp.ListenSub(m.ctx, cfg.Bind, []byte(TopicPrefix), m.zopts)
+		if err != nil {
+			m.cancel()
+			return nil, fmt.Errorf("kvevents: bind %s: %w", cfg.Bind, err)
+		}
+		m.bindAddr = l.Endpoint()
+		m.wg.Go(func() { m.runBound(l) })
+	}
+	return m, nil
+}
+
+// makeManager returns a Manager of cfg, with its defaults, that runs
+// nothing yet.
+func makeManager(cfg Config) *Manager {
 	setDur := func(p *time.Duration, d time.Duration) {
 		if *p <= 0 {
 			*p = d
@@ -117,6 +175,10 @@ func New(cfg Config) (*Manager, error) {
 	setDur(&cfg.ResyncAfter, DefaultResyncAfter)
 	setDur(&cfg.ReplayTimeout, DefaultReplayTimeout)
 	setDur(&cfg.ReconnectDelay, DefaultReconnectDelay)
+	setDur(&cfg.HandshakeTimeout, DefaultHandshakeTimeout)
+	if cfg.MaxBindConnections <= 0 {
+		cfg.MaxBindConnections = DefaultMaxBindConnections
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -127,27 +189,15 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, idx: NewIndex(cfg.BlockSize, cfg.MaxBlocks, cfg.SpeculativeTTL), m: newMetrics(),
 		log: cfg.Logger, ctx: ctx, cancel: cancel,
-		subs: make(map[string]*subscription), bound: make(map[string]Endpoint),
+		subs: make(map[string]*subscription), released: make(map[string]chan struct{}),
+		bound: make(map[string]Endpoint), kick: make(chan struct{}, 1), peerErrs: make(map[string]bool),
 	}
-	if cfg.Bind != "" {
-		if err := checkEndpoint(cfg.Bind); err != nil {
-			cancel()
-			return nil, fmt.Errorf("kvevents: bind endpoint: %w", err)
-		}
-		sub := zmq4.NewSub(ctx, zmq4.WithLogger(quietLogger()))
-		if err := sub.Listen(cfg.Bind); err != nil {
-			cancel()
-			return nil, fmt.Errorf("kvevents: bind %s: %w", cfg.Bind, err)
-		}
-		if err := sub.SetOption(zmq4.OptionSubscribe, TopicPrefix); err != nil {
-			cancel()
-			_ = sub.Close()
-			return nil, fmt.Errorf("kvevents: subscribe: %w", err)
-		}
-		m.bindAddr = "tcp://" + sub.Addr().String()
-		m.wg.Go(func() { m.runBound(sub) })
+	m.zopts = zmtp.Options{
+		MaxFrameSize: MaxPayloadBytes, MaxFrames: maxFrames,
+		HandshakeTimeout: cfg.HandshakeTimeout, MaxConns: cfg.MaxBindConnections,
+		OnPeerError: m.bindPeerError,
 	}
-	return m, nil
+	return m
 }
 
 // BindEndpoint returns the bound endpoint of bind mode (with the port
@@ -160,17 +210,26 @@ func (m *Manager) Index() *Index { return m.idx }
 // Collectors returns the Manager's metrics, for registration.
 func (m *Manager) Collectors() []prometheus.Collector { return m.m.collectors(m) }
 
-// Close stops every subscriber and waits for them.
+// Close stops every subscriber and waits for them. It returns promptly
+// whatever the engines do: every connection is closed at once.
 func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
 	m.cancel()
 	m.wg.Wait()
 }
 
 // SetWorkers starts, restarts and stops subscribers to match eps. Workers
-// left out are forgotten by the index.
+// left out are forgotten by the index. It returns at once: subscribers it
+// stops end in the background, and let go of their workers' index entries
+// as they end.
 func (m *Manager) SetWorkers(eps []Endpoint) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
 	want := make(map[string]Endpoint, len(eps))
 	for _, ep := range eps {
 		if ep.Endpoint == "" && ep.Address != "" && m.cfg.DefaultPort > 0 && m.cfg.Bind == "" {
@@ -181,35 +240,91 @@ func (m *Manager) SetWorkers(eps []Endpoint) {
 		}
 		want[ep.Worker] = ep
 	}
-	m.bound = want
+	m.setBound(want)
 	for w, s := range m.subs {
 		if ep, ok := want[w]; !ok || ep != s.ep {
 			s.cancel()
-			<-s.done
 			delete(m.subs, w)
-			m.idx.RemoveWorker(w)
+			m.released[w] = s.done
+		}
+	}
+	for w, done := range m.released {
+		if isClosed(done) {
+			delete(m.released, w)
 		}
 	}
 	for w, ep := range want {
 		if _, ok := m.subs[w]; ok || ep.Endpoint == "" {
 			continue
 		}
-		ctx, cancel := context.WithCancel(m.ctx)
-		s := &subscription{ep: ep, cancel: cancel, done: make(chan struct{})}
-		m.subs[w] = s
-		size := max(ep.DPSize, 1)
-		var wg sync.WaitGroup
-		for i := range size {
-			st := newStreamState(Stream{Worker: ep.Worker, Rank: ep.DPStart + i, Model: ep.Model}, m.cfg.Now())
-			m.idx.SetSynced(st.Worker, st.Rank, false)
-			m.m.unsynced.Inc()
-			pub, replay := OffsetPort(ep.Endpoint, int(i)), ""
-			if ep.Replay != "" {
-				replay = OffsetPort(ep.Replay, int(i))
-			}
-			wg.Go(func() { m.runDial(ctx, st, pub, replay) })
+		m.subs[w] = m.subscribe(ep, m.released[w])
+	}
+}
+
+// setBound replaces bind mode's worker set; m.mu is held. The bound
+// socket's goroutine lets go of the workers removed or changed.
+func (m *Manager) setBound(want map[string]Endpoint) {
+	if m.cfg.Bind == "" {
+		m.bound = want
+		return
+	}
+	for w, ep := range m.bound {
+		if nep, ok := want[w]; !ok || nep != ep {
+			m.gone = append(m.gone, w)
 		}
-		m.wg.Go(func() { wg.Wait(); close(s.done) })
+	}
+	m.bound = want
+	if len(m.gone) > 0 {
+		select {
+		case m.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// subscribe starts a worker's subscription: one stream per DP rank, once
+// the worker's previous subscription (after, when not nil) let go of it.
+// m.mu is held.
+func (m *Manager) subscribe(ep Endpoint, after <-chan struct{}) *subscription {
+	ctx, cancel := context.WithCancel(m.ctx)
+	s := &subscription{ep: ep, cancel: cancel, done: make(chan struct{})}
+	m.wg.Go(func() {
+		defer close(s.done)
+		if after != nil {
+			<-after // prompt: the previous subscription was cancelled
+		}
+		if ctx.Err() == nil {
+			m.runWorker(ctx, ep)
+		}
+		// Let go of the worker: nothing of this subscription writes to
+		// the index any more.
+		m.idx.RemoveWorker(ep.Worker)
+	})
+	return s
+}
+
+// runWorker runs a worker's streams until ctx ends.
+func (m *Manager) runWorker(ctx context.Context, ep Endpoint) {
+	var wg sync.WaitGroup
+	for i := range max(ep.DPSize, 1) {
+		st := newStreamState(Stream{Worker: ep.Worker, Rank: ep.DPStart + i}, m.cfg.Now())
+		m.idx.SetSynced(st.Worker, st.Rank, false)
+		m.m.unsynced.Inc()
+		pub, replay := OffsetPort(ep.Endpoint, int(i)), ""
+		if ep.Replay != "" {
+			replay = OffsetPort(ep.Replay, int(i))
+		}
+		wg.Go(func() { m.runDial(ctx, st, pub, replay) })
+	}
+	wg.Wait()
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -240,15 +355,13 @@ func (m *Manager) runDial(ctx context.Context, st *streamState, endpoint, replay
 		}
 	}()
 	for ctx.Err() == nil {
-		sub := zmq4.NewSub(ctx, zmq4.WithLogger(quietLogger()), zmq4.WithDialerMaxRetries(0),
-			zmq4.WithAutomaticReconnect(false))
-		err := sub.Dial(endpoint)
-		if err == nil {
-			err = sub.SetOption(zmq4.OptionSubscribe, "")
-		}
+		sub, err := zmtp.DialSub(ctx, endpoint, nil, m.zopts)
 		if err != nil {
-			_ = sub.Close()
+			if ctx.Err() != nil {
+				return
+			}
 			m.m.connects.WithLabelValues(st.Worker, "error").Inc()
+			m.lost(st, endpoint, err)
 			m.tick(st)
 			sleep(ctx, m.cfg.ReconnectDelay)
 			continue
@@ -263,7 +376,8 @@ func (m *Manager) runDial(ctx context.Context, st *streamState, endpoint, replay
 			st.tr.reset()
 			m.setSynced(st, false)
 		}
-		m.receive(ctx, sub, func(msg zmq4.Msg) {
+		err = m.receive(ctx, sub, func(msg *zmtp.Message) {
+			m.recovered(st, endpoint)
 			if len(msg.Frames) != 3 {
 				m.m.malformed.WithLabelValues(st.Worker).Inc()
 				return
@@ -273,51 +387,78 @@ func (m *Manager) runDial(ctx context.Context, st *streamState, endpoint, replay
 				m.m.malformed.WithLabelValues(st.Worker).Inc()
 				return
 			}
-			m.handle(ctx, st, dec, &b, seq, msg.Frames[0], msg.Frames[2], replay)
+			m.handle(ctx, st, dec, &b, seq, msg.Frames[2], replay)
 		}, func() { m.tick(st) })
 		_ = sub.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		m.lost(st, endpoint, err)
 		sleep(ctx, m.cfg.ReconnectDelay)
 	}
 }
 
-// receive passes every message of sub to fn until ctx ends or sub fails;
-// tick runs every second meanwhile.
-func (m *Manager) receive(ctx context.Context, sub zmq4.Socket, fn func(zmq4.Msg), tick func()) {
-	msgs := make(chan zmq4.Msg)
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	wg.Go(func() {
-		defer close(msgs)
-		for {
-			msg, err := sub.Recv()
-			if err != nil {
-				return
-			}
-			select {
-			case msgs <- msg:
-			case <-rctx.Done():
-				return
-			}
-		}
-	})
+// receive passes every message of sub to fn until ctx ends or the
+// connection does, and returns why the connection ended (nil when ctx
+// did); tick runs every second meanwhile.
+func (m *Manager) receive(ctx context.Context, sub *zmtp.Sub, fn func(*zmtp.Message), tick func()) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			_ = sub.Close()
-			return
-		case msg, ok := <-msgs:
+			return nil
+		case msg, ok := <-sub.Messages():
 			if !ok {
-				return
+				return sub.Err()
 			}
 			fn(msg)
 		case <-t.C:
 			tick()
 		}
+	}
+}
+
+// lost counts a failed or ended connection of a stream and logs it when
+// the stream's state changes: the first failure since it last received a
+// message, or a failure for another reason. A peer that fails the same way
+// on every reconnect is logged once.
+func (m *Manager) lost(st *streamState, endpoint string, err error) {
+	reason := zmtp.Reason(err)
+	if reason != "dial" {
+		m.m.disconnects.WithLabelValues(st.Worker, reason).Inc()
+	}
+	if st.down == reason {
+		return
+	}
+	st.down = reason
+	m.log.Warn("kv events: engine connection failed, retrying", "worker", st.Worker, "rank", st.Rank,
+		"endpoint", endpoint, "reason", reason, "error", err)
+}
+
+// recovered logs a stream's first message after its connection failed.
+func (m *Manager) recovered(st *streamState, endpoint string) {
+	if st.down != "" {
+		m.log.Info("kv events: engine connection recovered", "worker", st.Worker, "rank", st.Rank, "endpoint", endpoint)
+		st.down = ""
+	}
+}
+
+// bindPeerError counts a bind-mode connection that failed or ended, and
+// logs each reason the first time.
+func (m *Manager) bindPeerError(err error) {
+	reason := zmtp.Reason(err)
+	m.m.disconnects.WithLabelValues("", reason).Inc()
+	if reason == "closed" {
+		return // an engine went away: it reconnects on its own
+	}
+	m.mu.Lock()
+	logged := m.peerErrs[reason]
+	m.peerErrs[reason] = true
+	m.mu.Unlock()
+	if !logged {
+		m.log.Warn("kv events: bind-mode connection refused or closed (logged once per reason; counted in tollgate_kv_events_disconnects_total)",
+			"reason", reason, "error", err)
 	}
 }
 
@@ -344,7 +485,7 @@ func (m *Manager) setSynced(st *streamState, synced bool) {
 
 // handle applies one live batch of a stream, replaying missed batches when
 // it can.
-func (m *Manager) handle(ctx context.Context, st *streamState, dec *Decoder, b *Batch, seq uint64, topic, payload []byte, replay string) {
+func (m *Manager) handle(ctx context.Context, st *streamState, dec *Decoder, b *Batch, seq uint64, payload []byte, replay string) {
 	switch st.tr.check(seq) {
 	case vDuplicate:
 		m.m.duplicates.WithLabelValues(st.Worker).Inc()
@@ -379,23 +520,19 @@ func (m *Manager) handle(ctx context.Context, st *streamState, dec *Decoder, b *
 			m.setSynced(st, true)
 		}
 	}
-	m.apply(st, dec, b, seq, topic, payload)
+	m.apply(st, dec, b, seq, payload)
 	m.tick(st)
 }
 
 // apply decodes and applies one batch and moves the tracker past it.
-func (m *Manager) apply(st *streamState, dec *Decoder, b *Batch, seq uint64, topic, payload []byte) {
+func (m *Manager) apply(st *streamState, dec *Decoder, b *Batch, seq uint64, payload []byte) {
 	st.tr.applied(seq)
 	if err := dec.Decode(payload, b); err != nil {
 		m.m.malformed.WithLabelValues(st.Worker).Inc()
 		m.log.Debug("kv events: malformed batch dropped", "worker", st.Worker, "seq", seq, "error", err)
 		return
 	}
-	s := st.Stream
-	if s.Model == "" {
-		_, s.Model, _ = parseTopic(topic)
-	}
-	a := m.idx.Apply(m.cfg.Now(), s, b, &st.group)
+	a := m.idx.Apply(m.cfg.Now(), st.Stream, b, &st.group)
 	for i := range b.Events {
 		m.m.events.WithLabelValues(st.Worker, b.Events[i].Kind.String()).Inc()
 	}
@@ -403,31 +540,43 @@ func (m *Manager) apply(st *streamState, dec *Decoder, b *Batch, seq uint64, top
 	m.m.blocks.WithLabelValues(st.Worker, "removed").Add(float64(a.Removed))
 	m.m.blocks.WithLabelValues(st.Worker, "dropped").Add(float64(a.Dropped))
 	m.m.skipped.WithLabelValues(st.Worker).Add(float64(a.Skipped))
+	if a.Truncated > 0 {
+		m.m.truncated.WithLabelValues(st.Worker).Add(float64(a.Truncated))
+		if !st.truncated {
+			st.truncated = true
+			m.log.Warn("kv events: an event named more tokens than tollgate indexes; truncated (logged once per stream)",
+				"worker", st.Worker, "rank", st.Rank, "max_tokens", MaxEventTokens)
+		}
+	}
 	if a.Cleared > 0 {
 		m.setSynced(st, true) // the engine's cache is empty: nothing is stale
 	}
 }
 
 // replay asks the replay socket for every batch from from on and applies
-// them; it reports whether the stream is contiguous through until.
+// them; it reports whether the stream is contiguous through until. The
+// connect, handshake and whole exchange end within ReplayTimeout.
 func (m *Manager) replay(ctx context.Context, st *streamState, dec *Decoder, b *Batch, endpoint string, from, until uint64) bool {
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReplayTimeout)
 	defer cancel()
-	d := zmq4.NewDealer(rctx, zmq4.WithLogger(quietLogger()), zmq4.WithDialerMaxRetries(0))
-	defer func() { _ = d.Close() }()
 	result := "failed"
 	defer func() { m.m.replays.WithLabelValues(st.Worker, result).Inc() }()
-	if err := d.Dial(endpoint); err != nil {
+	d, err := zmtp.DialDealer(rctx, endpoint, m.zopts)
+	if err != nil {
+		m.replayFailed(st, endpoint, err)
 		return false
 	}
+	defer func() { _ = d.Close() }()
 	var start [8]byte
 	putSeq(start[:], from)
-	if err := d.Send(zmq4.NewMsgFrom([]byte{}, start[:])); err != nil {
+	if err := d.Send([]byte{}, start[:]); err != nil {
+		m.replayFailed(st, endpoint, err)
 		return false
 	}
 	for {
 		msg, err := d.Recv()
 		if err != nil {
+			m.replayFailed(st, endpoint, err)
 			return false
 		}
 		fr := msg.Frames
@@ -458,69 +607,146 @@ func (m *Manager) replay(ctx context.Context, st *streamState, dec *Decoder, b *
 			if !st.tr.started {
 				m.setSynced(st, true) // replayed from the publisher's first batch
 			}
-			m.apply(st, dec, b, seq, nil, fr[1])
+			m.apply(st, dec, b, seq, fr[1])
 		case vGap, vRestart:
 			return false // the buffer no longer holds what is missing
 		}
 	}
 }
 
+// replayFailed counts and logs a replay connection that failed.
+func (m *Manager) replayFailed(st *streamState, endpoint string, err error) {
+	reason := zmtp.Reason(err)
+	if reason != "dial" && reason != "closed_locally" {
+		m.m.disconnects.WithLabelValues(st.Worker, reason).Inc()
+	}
+	m.log.Debug("kv events: replay failed", "worker", st.Worker, "rank", st.Rank, "endpoint", endpoint, "reason", reason, "error", err)
+}
+
+// boundStreams are bind mode's streams, kept by the bound socket's
+// goroutine.
+type boundStreams struct {
+	streams map[streamKey]*streamState
+	// ranks counts each worker's streams.
+	ranks map[string]int
+}
+
 // runBound serves bind mode: engines connect and name themselves in the
 // topic; each (worker, rank) gets its own sequence tracking, without replay.
-func (m *Manager) runBound(sub zmq4.Socket) {
+func (m *Manager) runBound(l *zmtp.Listener) {
+	defer func() { _ = l.Close() }()
 	dec := NewDecoder()
 	var b Batch
-	streams := make(map[streamKey]*streamState)
-	m.receive(m.ctx, sub, func(msg zmq4.Msg) {
-		if len(msg.Frames) != 3 {
-			m.m.malformed.WithLabelValues("").Inc()
+	bs := boundStreams{streams: make(map[streamKey]*streamState), ranks: make(map[string]int)}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
 			return
-		}
-		worker, model, ok := parseTopic(msg.Frames[0])
-		seq, sok := parseSeq(msg.Frames[1])
-		if !ok || !sok {
-			m.m.malformed.WithLabelValues("").Inc()
-			return
-		}
-		m.mu.Lock()
-		ep, known := m.bound[worker]
-		m.mu.Unlock()
-		if !known {
-			m.m.unknownWorker.Inc()
-			return
-		}
-		// The rank is in the payload; decode it first.
-		if err := dec.Decode(msg.Frames[2], &b); err != nil {
-			m.m.malformed.WithLabelValues(worker).Inc()
-			return
-		}
-		k := streamKey{worker, b.Rank}
-		st := streams[k]
-		if st == nil {
-			if ep.Model != "" {
-				model = ep.Model
+		case msg, ok := <-l.Messages():
+			if !ok {
+				return
 			}
-			st = newStreamState(Stream{Worker: worker, Rank: b.Rank, Model: model}, m.cfg.Now())
-			streams[k] = st
-			m.idx.SetSynced(worker, b.Rank, false)
-			m.m.unsynced.Inc()
+			m.boundMessage(&bs, dec, &b, msg)
+			msg.Release()
+		case <-m.kick:
+			m.letGo(&bs, m.boundView(""))
+		case <-t.C:
+			m.letGo(&bs, m.boundView(""))
+			for _, st := range bs.streams {
+				m.tick(st)
+			}
 		}
-		m.handle(m.ctx, st, dec, &b, seq, msg.Frames[0], msg.Frames[2], "")
-	}, func() {
-		for k, st := range streams {
-			m.mu.Lock()
-			_, known := m.bound[k.worker]
-			m.mu.Unlock()
-			if !known {
+	}
+}
+
+// boundEntry is what bind mode knows of a worker when a message comes.
+type boundEntry struct {
+	ep    Endpoint
+	known bool
+	// gone are the workers to let go of first.
+	gone []string
+}
+
+// boundView returns worker's entry and takes the workers to let go of, in
+// one hold of m.mu: a worker's new entry is never seen before its old
+// streams are let go of.
+func (m *Manager) boundView(worker string) boundEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := boundEntry{gone: m.gone}
+	m.gone = nil
+	if worker != "" {
+		e.ep, e.known = m.bound[worker]
+	}
+	return e
+}
+
+// letGo drops the streams of the workers removed or changed, and their
+// index entries.
+func (m *Manager) letGo(bs *boundStreams, e boundEntry) {
+	for _, w := range e.gone {
+		for k, st := range bs.streams {
+			if k.worker == w {
 				if !st.synced {
 					m.m.unsynced.Dec()
 				}
-				delete(streams, k)
-				continue
+				delete(bs.streams, k)
 			}
-			m.tick(st)
 		}
-	})
+		delete(bs.ranks, w)
+		m.idx.RemoveWorker(w)
+	}
+}
+
+// boundMessage handles one bind-mode message.
+func (m *Manager) boundMessage(bs *boundStreams, dec *Decoder, b *Batch, msg *zmtp.Message) {
+	if len(msg.Frames) != 3 {
+		m.m.malformed.WithLabelValues("").Inc()
+		return
+	}
+	worker, _, ok := parseTopic(msg.Frames[0])
+	seq, sok := parseSeq(msg.Frames[1])
+	if !ok || !sok {
+		m.m.malformed.WithLabelValues("").Inc()
+		return
+	}
+	e := m.boundView(worker)
+	m.letGo(bs, e)
+	if !e.known {
+		m.m.unknownWorker.Inc()
+		return
+	}
+	// The rank is in the payload; decode it first.
+	if err := dec.Decode(msg.Frames[2], b); err != nil {
+		m.m.malformed.WithLabelValues(worker).Inc()
+		return
+	}
+	k := streamKey{worker, b.Rank}
+	st := bs.streams[k]
+	if st == nil {
+		if !rankAllowed(e.ep, b.Rank, bs.ranks[worker]) {
+			m.m.rankRejected.WithLabelValues(worker).Inc()
+			return
+		}
+		st = newStreamState(Stream{Worker: worker, Rank: b.Rank}, m.cfg.Now())
+		bs.streams[k] = st
+		bs.ranks[worker]++
+		m.idx.SetSynced(worker, b.Rank, false)
+		m.m.unsynced.Inc()
+	}
+	m.handle(m.ctx, st, dec, b, seq, msg.Frames[2], "")
+}
+
+// rankAllowed reports whether bind mode takes a new stream of a worker's
+// DP rank, given the streams it has: a rank of the worker's known DP
+// ranks, or one of the first MaxUnknownRanks when its DP size is unknown.
+func rankAllowed(ep Endpoint, rank uint32, streams int) bool {
+	if ep.DPSize > 0 {
+		return rank >= ep.DPStart && rank-ep.DPStart < ep.DPSize
+	}
+	return streams < MaxUnknownRanks
 }
 
 type streamKey struct {
@@ -595,5 +821,3 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
-
-func quietLogger() *log.Logger { return log.New(io.Discard, "", 0) }

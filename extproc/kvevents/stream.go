@@ -73,6 +73,12 @@ type streamState struct {
 	group  int64
 	synced bool
 	since  time.Time // when the stream went out of sync
+	// down is why the stream's connection last failed, "" once it received
+	// a message since (or before its first attempt): connection failures
+	// are logged once per change.
+	down string
+	// truncated is set once an oversized event was logged.
+	truncated bool
 }
 
 func newStreamState(s Stream, now time.Time) *streamState {

@@ -8,8 +8,11 @@
 // block i's hash covers block i and, through its parent, every block before
 // it. Two prompts share block i's hash only if they share the whole prefix up
 // to and including block i, so matching leading blocks is matching a prefix.
-// Hashes are seeded by the model name: the same text sent to two models never
-// matches. The hash functions are deterministic and stable across processes,
+// Hashes are seeded by a name: the same text under two names never matches.
+// tollgate seeds a LoRA adapter's blocks by the adapter's name and a base
+// model's blocks by "", whatever the model is called, so that engines' events
+// match requests even where the configuration names no model; workers of two
+// base models are told apart by the models they serve, not by the hash. The hash functions are deterministic and stable across processes,
 // builds and platforms; HashTokens and HashBytes are separate domains.
 //
 // An Index maps block hashes to the workers that were sent them. Record is

@@ -30,23 +30,25 @@ var (
 // Exact is the precise prefix index, built from the engines' own KV-cache
 // events: for each stream (a worker and data-parallel rank) it holds the
 // blocks the engine reports cached, under tollgate's own chained block hash
-// (HashTokens, seeded by model or LoRA name), so that a prompt hashed with
+// (HashTokens, seeded by the LoRA name or ""), so that a prompt hashed with
 // HashTokens is looked up without reproducing any engine's hash.
 //
 // The engine's block hashes are kept per stream only to resolve a stored
 // block's parent and to apply removals. Blocks reach the index only through
-// Store and leave it only through Remove, Clear and RemoveWorker: the
-// memory bound refuses new blocks (Store reports them dropped) rather than
-// evicting held ones, so what the index holds is always what the engine
-// reported and never over-states a cache.
+// Store (or StoreHashed) and leave it only through Remove, Clear (or
+// ClearSome) and RemoveWorker: the memory bound refuses new blocks (Store
+// reports them dropped) rather than evicting held ones, so what the index
+// holds is always what the engine reported and never over-states a cache.
 //
 // A worker's blocks are reported by Lookup only while every one of its
 // streams is synced (SetSynced); the shell prices the others with the
-// approximate Index. An Exact is not safe for concurrent use.
+// approximate Index. An Exact is not safe for concurrent use, except that
+// HashStored may run alongside the other methods.
 type Exact struct {
 	blockSize int
 	maxBlocks int
 	blocks    int // (stream, block) pairs held
+	held      int // blocks plus repeats under other engine hashes: what maxBlocks bounds
 
 	// Entries, one per tollgate hash held by any stream. An entry held by
 	// one stream names it in solo[e] (row[e] is -1); an entry held by more
@@ -105,7 +107,8 @@ type exactWorker struct {
 }
 
 // NewExact returns an empty index for blockSize-token blocks holding at
-// most maxBlocks (stream, block) pairs (<= 0 means DefaultExactMaxBlocks).
+// most maxBlocks (stream, block) pairs (<= 0 means DefaultExactMaxBlocks); a
+// block a stream stores again under another engine hash counts again.
 func NewExact(blockSize, maxBlocks int) *Exact {
 	if maxBlocks <= 0 {
 		maxBlocks = DefaultExactMaxBlocks
@@ -134,12 +137,21 @@ func (x *Exact) StreamLen(worker string, rank uint32) int {
 	return 0
 }
 
+// Ratio returns the index blocks per engine block of a stream: 1 until it
+// stores a block.
+func (x *Exact) Ratio(worker string, rank uint32) int {
+	if slot, ok := x.streamIDs[streamKey{worker, rank}]; ok && x.streams[slot].ratio > 0 {
+		return x.streams[slot].ratio
+	}
+	return 1
+}
+
 // Stored is one BlockStored event, already decoded.
 type Stored struct {
 	Worker string
 	Rank   uint32
-	// Seed is the model or LoRA name the blocks belong to: the name
-	// requests carry in "model".
+	// Seed is the name the blocks are seeded by: their LoRA adapter's, or
+	// "" for a base model's.
 	Seed string
 	// Parent is the engine hash of the block before Hashes[0], when
 	// HasParent.
@@ -157,42 +169,95 @@ type Stored struct {
 // blocks it added and how many it dropped under the memory bound. Blocks the
 // stream already holds are counted once (a later Remove of either engine
 // hash keeps the other). On error nothing changes.
+//
+// Store is Prepare, HashStored and StoreHashed in one step. A caller that
+// guards the index with a lock can instead hash without the lock and store
+// in bounded steps.
 func (x *Exact) Store(ev *Stored, scratch []uint64) (stored, dropped int, _ []uint64, _ error) {
-	if len(ev.Hashes) == 0 {
-		return 0, 0, scratch, nil
+	parent, err := x.Prepare(ev)
+	if err != nil || len(ev.Hashes) == 0 {
+		return 0, 0, scratch, err
 	}
+	hs := x.HashStored(ev, parent, scratch[:0])
+	_, stored, dropped, err = x.StoreHashed(ev, parent, hs, 0, len(ev.Hashes))
+	return stored, dropped, hs, err
+}
+
+// Prepare checks ev against its stream, creating the stream, and returns the
+// chain parent of its first block: the hash of the stream's block for
+// ev.Parent, or the seed's. Nothing else changes.
+func (x *Exact) Prepare(ev *Stored) (parent uint64, _ error) {
+	if len(ev.Hashes) == 0 {
+		return 0, nil
+	}
+	ratio, err := x.ratioOf(ev)
+	if err != nil {
+		return 0, err
+	}
+	s := &x.streams[x.stream(ev.Worker, ev.Rank)]
+	if s.ratio != 0 && s.ratio != ratio {
+		return 0, ErrBlockSize
+	}
+	if !ev.HasParent {
+		return x.seedOf(s, ev.Seed), nil
+	}
+	p, ok := s.byEng[ev.Parent]
+	if !ok {
+		return 0, ErrUnknownParent
+	}
+	return p, nil
+}
+
+// ratioOf returns the index blocks per engine block of ev.
+func (x *Exact) ratioOf(ev *Stored) (int, error) {
 	ebs := ev.BlockSize
 	if ebs == 0 {
 		ebs = len(ev.Tokens) / len(ev.Hashes)
 	}
 	if ebs <= 0 || ebs%x.blockSize != 0 {
-		return 0, 0, scratch, ErrBlockSize
+		return 0, ErrBlockSize
 	}
 	if len(ev.Tokens) != ebs*len(ev.Hashes) {
-		return 0, 0, scratch, ErrTokenCount
+		return 0, ErrTokenCount
 	}
-	ratio := ebs / x.blockSize
-	slot := x.stream(ev.Worker, ev.Rank)
+	return ebs / x.blockSize, nil
+}
+
+// seedOf returns the chain seed of a stream's blocks seeded by name.
+func (x *Exact) seedOf(s *stream, name string) uint64 {
+	if s.seedFor != name || s.seed == 0 {
+		s.seedFor, s.seed = name, seed(domainTokens, name)
+	}
+	return s.seed
+}
+
+// HashStored appends to dst the index-block hashes of ev's tokens chained
+// from parent (what Prepare returned). It reads nothing that the index's
+// other methods change, so it may run concurrently with them: a caller
+// that guards the index with a lock hashes without holding it.
+func (x *Exact) HashStored(ev *Stored, parent uint64, dst []uint64) []uint64 {
+	return chainTokens(parent, ev.Tokens, x.blockSize, dst)
+}
+
+// StoreHashed stores at most n engine blocks of ev from its block from on,
+// given hs, HashStored's hashes of all of ev chained from parent, and
+// returns the next block to store (len(ev.Hashes) when done) with the index
+// blocks stored and dropped under the memory bound. A step picks up where
+// the stream's chain stands now: when the blocks before from are no longer
+// held as they were hashed (the stream was cleared or removed meanwhile),
+// it stores nothing and reports ErrUnknownParent.
+func (x *Exact) StoreHashed(ev *Stored, parent uint64, hs []uint64, from, n int) (next, stored, dropped int, _ error) {
+	end := len(ev.Hashes)
+	ratio := len(hs) / max(end, 1)
+	slot, ok := x.continues(ev, parent, hs, from, ratio)
+	if !ok {
+		return end, 0, 0, ErrUnknownParent
+	}
 	s := &x.streams[slot]
-	if s.ratio != 0 && s.ratio != ratio {
-		return 0, 0, scratch, ErrBlockSize
-	}
-	var parent uint64
-	if ev.HasParent {
-		p, ok := s.byEng[ev.Parent]
-		if !ok {
-			return 0, 0, scratch, ErrUnknownParent
-		}
-		parent = p
-	} else {
-		if s.seedFor != ev.Seed || s.seed == 0 {
-			s.seedFor, s.seed = ev.Seed, seed(domainTokens, ev.Seed)
-		}
-		parent = s.seed
-	}
 	s.ratio = ratio
-	hs := chainTokens(parent, ev.Tokens, x.blockSize, scratch[:0])
-	for i, eh := range ev.Hashes {
+	last := min(end, from+max(n, 1))
+	for i := from; i < last; i++ {
+		eh := ev.Hashes[i]
 		sub := hs[i*ratio : (i+1)*ratio]
 		if old, ok := s.byEng[eh]; ok {
 			if old == sub[ratio-1] {
@@ -200,9 +265,8 @@ func (x *Exact) Store(ev *Stored, scratch []uint64) (stored, dropped int, _ []ui
 			}
 			x.removeEngine(slot, eh)
 		}
-		if x.blocks+ratio > x.maxBlocks {
-			dropped += (len(ev.Hashes) - i) * ratio
-			break
+		if x.held+ratio > x.maxBlocks {
+			return end, stored, dropped + (end-i)*ratio, nil
 		}
 		p := parent
 		if i > 0 {
@@ -216,7 +280,34 @@ func (x *Exact) Store(ev *Stored, scratch []uint64) (stored, dropped int, _ []ui
 		s.byEng[eh] = sub[ratio-1]
 		stored += ratio
 	}
-	return stored, dropped, hs, nil
+	return last, stored, dropped, nil
+}
+
+// continues returns the slot of ev's stream when its chain still reaches
+// block from as hs was hashed: from the seed or ev's parent for the first
+// block, from the block before otherwise.
+func (x *Exact) continues(ev *Stored, parent uint64, hs []uint64, from, ratio int) (int32, bool) {
+	if ratio == 0 || len(hs) != ratio*len(ev.Hashes) || from >= len(ev.Hashes) {
+		return 0, false
+	}
+	slot, ok := x.streamIDs[streamKey{ev.Worker, ev.Rank}]
+	if !ok {
+		return 0, false
+	}
+	s := &x.streams[slot]
+	if s.ratio != 0 && s.ratio != ratio {
+		return 0, false
+	}
+	switch {
+	case from > 0:
+		h, ok := s.byEng[ev.Hashes[from-1]]
+		return slot, ok && h == hs[from*ratio-1]
+	case ev.HasParent:
+		h, ok := s.byEng[ev.Parent]
+		return slot, ok && h == parent
+	default:
+		return slot, x.seedOf(s, ev.Seed) == parent
+	}
 }
 
 // Remove drops the blocks with the given engine hashes from a stream;
@@ -234,11 +325,34 @@ func (x *Exact) Remove(worker string, rank uint32, engineHashes []uint64) int {
 }
 
 // Clear drops every block of a stream (AllBlocksCleared, an engine
-// restart). Cost: O(distinct blocks held).
+// restart). Cost: O(blocks the stream holds).
 func (x *Exact) Clear(worker string, rank uint32) {
 	if slot, ok := x.streamIDs[streamKey{worker, rank}]; ok {
 		x.clearSlot(slot)
 	}
+}
+
+// ClearSome drops about limit index blocks of a stream at most, for a
+// caller that clears a large stream in steps, and returns the blocks that
+// went and whether the stream holds none any more. Meanwhile the stream
+// holds part of its blocks.
+func (x *Exact) ClearSome(worker string, rank uint32, limit int) (removed int, done bool) {
+	slot, ok := x.streamIDs[streamKey{worker, rank}]
+	if !ok {
+		return 0, true
+	}
+	s := &x.streams[slot]
+	work := 0
+	for eh, h := range s.byEng {
+		if work >= limit {
+			return removed, false
+		}
+		delete(s.byEng, eh)
+		removed += x.releaseChain(slot, h)
+		work += max(s.ratio, 1)
+	}
+	x.clearSlot(slot) // resets what an empty stream keeps
+	return removed, true
 }
 
 // SetSynced marks a stream in or out of sync, creating it if needed. A
@@ -454,6 +568,7 @@ func (x *Exact) hold(slot int32, h, parent uint64) {
 			s.dups = make(map[uint64]uint32)
 		}
 		s.dups[h]++
+		x.held++
 		return
 	case x.row[e] < 0:
 		// A second holder: move to a bitset row.
@@ -467,6 +582,7 @@ func (x *Exact) hold(slot int32, h, parent uint64) {
 	x.holders[e]++
 	s.blocks++
 	x.blocks++
+	x.held++
 }
 
 // holds reports whether slot holds entry e.
@@ -504,6 +620,7 @@ func (x *Exact) unhold(e, slot int32) {
 	}
 	x.streams[slot].blocks--
 	x.blocks--
+	x.held--
 	if x.holders[e]--; x.holders[e] == 0 {
 		if r := x.row[e]; r >= 0 {
 			x.freeRow = append(x.freeRow, r) // all its bits are clear
@@ -528,6 +645,7 @@ func (x *Exact) release(slot int32, h uint64) (uint64, bool) {
 		} else {
 			s.dups[h] = d - 1
 		}
+		x.held--
 		return parent, false
 	}
 	if !x.holds(e, slot) {
@@ -545,8 +663,14 @@ func (x *Exact) removeEngine(slot int32, eh uint64) int {
 		return 0
 	}
 	delete(s.byEng, eh)
+	return x.releaseChain(slot, h)
+}
+
+// releaseChain releases the index blocks of one engine block of a stream,
+// h its last, and returns how many went.
+func (x *Exact) releaseChain(slot int32, h uint64) int {
 	n := 0
-	for range s.ratio {
+	for range x.streams[slot].ratio {
 		p, gone := x.release(slot, h)
 		if gone {
 			n++
@@ -556,18 +680,14 @@ func (x *Exact) removeEngine(slot int32, eh uint64) int {
 	return n
 }
 
-// clearSlot drops every block of a stream.
+// clearSlot drops every block of a stream. Cost: O(blocks the stream
+// holds): every hold is reached from the engine block that made it.
 func (x *Exact) clearSlot(slot int32) {
-	s := &x.streams[slot]
-	if s.blocks > 0 {
-		for _, e := range x.byHash {
-			if x.holds(e, slot) {
-				x.unhold(e, slot)
-			}
-		}
+	for _, h := range x.streams[slot].byEng {
+		x.releaseChain(slot, h)
 	}
-	s.blocks = 0
-	s.ratio = 0
+	s := &x.streams[slot]
 	clear(s.byEng)
+	s.ratio = 0
 	s.dups = nil
 }

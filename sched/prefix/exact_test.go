@@ -347,3 +347,131 @@ func BenchmarkExactMemory(b *testing.B) {
 		runtime.KeepAlive(x)
 	}
 }
+
+// TestExactBoundCountsRepeats: the same block stored again under other
+// engine hashes takes room under the bound, so that an engine cannot grow
+// the index by renaming its blocks.
+func TestExactBoundCountsRepeats(t *testing.T) {
+	x := NewExact(4, 3)
+	ids := seqIDs(4, 1)
+	stored, dropped := 0, 0
+	for i := range 5 {
+		st, dr := storeBlocks(t, x, "w", 0, "m", ids, 4, 0, 1, engHash(uint64(i)))
+		stored += st
+		dropped += dr
+	}
+	if stored != 3 || dropped != 2 {
+		t.Fatalf("stored %d dropped %d, want 3 and 2", stored, dropped)
+	}
+	x.Clear("w", 0)
+	if st, _ := storeBlocks(t, x, "w", 0, "m", seqIDs(12, 50), 4, 0, 3, engHash(9)); st != 3 || x.Len() != 3 {
+		t.Errorf("after Clear: stored %d, Len %d, want 3 and 3", st, x.Len())
+	}
+}
+
+// TestExactStoreInSteps stores an event in steps, as a caller that hashes
+// without its lock does, and checks that a step after the stream was
+// cleared stores nothing.
+func TestExactStoreInSteps(t *testing.T) {
+	const bs = 4
+	ids := seqIDs(10*8, 1)
+	event := func() Stored {
+		ev := Stored{Worker: "w", Seed: "m", Tokens: ids, BlockSize: 8}
+		for i := range 10 {
+			ev.Hashes = append(ev.Hashes, uint64(100+i))
+		}
+		return ev
+	}
+	whole := NewExact(bs, 0)
+	ev := event()
+	if _, _, _, err := whole.Store(&ev, nil); err != nil {
+		t.Fatal(err)
+	}
+	x := NewExact(bs, 0)
+	ev = event()
+	parent, err := x.Prepare(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := x.HashStored(&ev, parent, nil)
+	stored := 0
+	for next := 0; next < len(ev.Hashes); {
+		var st int
+		if next, st, _, err = x.StoreHashed(&ev, parent, hs, next, 3); err != nil {
+			t.Fatal(err)
+		}
+		stored += st
+	}
+	q := HashTokens("m", ids, bs, nil)
+	if stored != 20 || !slices.Equal(x.Lookup(q, bs, nil), whole.Lookup(q, bs, nil)) || x.Len() != whole.Len() {
+		t.Fatalf("in steps: stored %d, %v; at once: %v", stored, x.Lookup(q, bs, nil), whole.Lookup(q, bs, nil))
+	}
+	// Cleared between two steps: the rest no longer continues a chain.
+	x.Clear("w", 0)
+	next, st, _, err := x.StoreHashed(&ev, parent, hs, 0, 5)
+	if err != nil || st != 10 {
+		t.Fatalf("first step after a clear: stored %d, %v", st, err)
+	}
+	x.Clear("w", 0)
+	if _, st, _, err := x.StoreHashed(&ev, parent, hs, next, 5); !errors.Is(err, ErrUnknownParent) || st != 0 || x.Len() != 0 {
+		t.Errorf("step after a clear: stored %d, %v, Len %d", st, err, x.Len())
+	}
+	// Removed, and the slot taken by another worker.
+	ev2 := Stored{Worker: "w", Seed: "m", Tokens: ids[8:16], BlockSize: 8, Hashes: []uint64{101}, Parent: 100, HasParent: true}
+	if _, _, _, err := x.StoreHashed(&ev, parent, hs, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	p2, err := x.Prepare(&ev2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs2 := x.HashStored(&ev2, p2, nil)
+	x.RemoveWorker("w")
+	storeBlocks(t, x, "v", 0, "m", ids, 8, 0, 1, engHash(1))
+	if _, st, _, err := x.StoreHashed(&ev2, p2, hs2, 0, 1); !errors.Is(err, ErrUnknownParent) || st != 0 || x.Len() != 2 {
+		t.Errorf("step after RemoveWorker: stored %d, %v, Len %d", st, err, x.Len())
+	}
+}
+
+// TestExactClearReleasesEveryHold clears a stream whose engine blocks span
+// two index blocks and repeat under two engine hashes, next to a stream
+// sharing its blocks.
+func TestExactClearReleasesEveryHold(t *testing.T) {
+	x := NewExact(4, 8)
+	ids := seqIDs(16, 1)
+	storeBlocks(t, x, "w", 0, "m", ids, 8, 0, 2, engHash(1))
+	storeBlocks(t, x, "w", 0, "m", ids, 8, 0, 1, engHash(2))
+	storeBlocks(t, x, "v", 0, "m", ids, 8, 0, 1, engHash(3))
+	x.Clear("w", 0)
+	q := HashTokens("m", ids, 4, nil)
+	if got := x.Lookup(q, 4, nil); !slices.Equal(got, []sched.CachedTokens{{Worker: "v", Tokens: 8}}) || x.Len() != 2 || x.Hashes() != 2 || x.StreamLen("w", 0) != 0 {
+		t.Fatalf("after Clear: %v, Len %d, Hashes %d", got, x.Len(), x.Hashes())
+	}
+	// Every hold went: the bound has room for 6 more.
+	if st, dr := storeBlocks(t, x, "w", 0, "m", seqIDs(24, 100), 8, 0, 3, engHash(4)); st != 6 || dr != 0 {
+		t.Errorf("after Clear: stored %d dropped %d, want 6 and 0", st, dr)
+	}
+}
+
+// TestExactClearSome clears a stream in steps.
+func TestExactClearSome(t *testing.T) {
+	x := NewExact(4, 0)
+	ids := seqIDs(80, 1)
+	storeBlocks(t, x, "w", 0, "m", ids, 8, 0, 10, engHash(1))
+	storeBlocks(t, x, "v", 0, "m", ids, 8, 0, 1, engHash(2))
+	steps, removed := 0, 0
+	for done := false; !done; steps++ {
+		var n int
+		n, done = x.ClearSome("w", 0, 4)
+		removed += n
+		if steps > 10 {
+			t.Fatal("ClearSome does not finish")
+		}
+	}
+	if steps < 5 || removed != 20 || x.StreamLen("w", 0) != 0 || x.Len() != 2 {
+		t.Errorf("%d steps removed %d; StreamLen %d, Len %d", steps, removed, x.StreamLen("w", 0), x.Len())
+	}
+	if n, done := x.ClearSome("nobody", 0, 4); n != 0 || !done {
+		t.Errorf("unknown stream: %d %v", n, done)
+	}
+}

@@ -31,7 +31,8 @@ const (
 
 // HashTokens appends to dst the chained hashes of the full blocks of
 // blockSize token ids in ids, seeded by model, and returns the extended
-// slice. A trailing partial block is not hashed; blockSize <= 0 hashes
+// slice. tollgate seeds a LoRA adapter's blocks by the adapter's name and a
+// base model's blocks by "" (see the package doc). A trailing partial block is not hashed; blockSize <= 0 hashes
 // nothing. Pass buf[:0] to reuse a buffer.
 func HashTokens(model string, ids []uint32, blockSize int, dst []uint64) []uint64 {
 	if blockSize <= 0 {

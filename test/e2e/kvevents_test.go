@@ -66,7 +66,7 @@ func (s *stack) eventsCached(worker string, prompt []int) uint64 {
 	for i, v := range prompt {
 		u[i] = uint32(v)
 	}
-	found, _ := s.kv.Index().Lookup(time.Now().Add(time.Hour), prefix.HashTokens(model, u, bs, nil), bs, nil, nil)
+	found, _ := s.kv.Index().Lookup(time.Now().Add(time.Hour), prefix.HashTokens(s.kv.Index().SeedFor(model), u, bs, nil), bs, nil, nil)
 	for _, c := range found {
 		if c.Worker == worker {
 			return c.Tokens

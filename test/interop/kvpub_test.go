@@ -27,7 +27,7 @@ func cached(m *kvevents.Manager, prompt []int) uint64 {
 	for i, v := range prompt {
 		u[i] = uint32(v)
 	}
-	for _, c := range m.Lookup(time.Now(), prefix.HashTokens(model, u, blockSize, nil), blockSize, nil) {
+	for _, c := range m.Lookup(time.Now(), prefix.HashTokens(m.Index().SeedFor(model), u, blockSize, nil), blockSize, nil) {
 		if c.Worker == "w0" {
 			return c.Tokens
 		}
@@ -62,7 +62,7 @@ func TestPythonPublisher(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(m.Close)
-			m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Model: model, Endpoint: p.Pub, Replay: p.Replay}})
+			m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Endpoint: p.Pub, Replay: p.Replay}})
 
 			// Batches sent before the subscription took hold are fetched
 			// through the replay socket as soon as a later one arrives.
