@@ -32,8 +32,9 @@ type Stats struct {
 	// Ranks has one entry per (worker, rank) with load, including workers
 	// removed while they still have requests in flight.
 	Ranks []RankStats
-	// Seeded is the warm-start load holding slots; Warming is set while
-	// the warm start holds the slot gate.
+	// Seeded is the slots the warm-start seeds hold (each worker's at most
+	// its own slots); Warming is set while the warm start holds the slot
+	// gate.
 	Seeded  uint32
 	Warming bool
 }
@@ -104,6 +105,8 @@ type EngineStats struct {
 	Since uint32
 	// Saturated is set when the saturation gate counts the rank busy.
 	Saturated bool
-	// Seed is the rank's warm-start load in requests.
+	// Seed is the rank's warm-start load in requests, as reported: its
+	// selection cost counts all of it, the slot pool at most its worker's
+	// own slots.
 	Seed uint32
 }

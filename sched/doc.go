@@ -77,13 +77,19 @@
 // past a threshold is busy for the worker gate and passed over in
 // selection while another is not; a stale report counts for nothing; a
 // warm start seeds slots from the engines' running requests after New or
-// Resume; workers without a slot count take the engine's. The scheduler
-// only sees reports as data with their read time; it never reads a clock.
+// Resume; workers without a slot count take the engine's. A worker's
+// seeds hold at most that worker's own slots, so no report, however large,
+// closes the gate for the other workers. While the warm start holds the
+// slot gate, arrivals wait for its end (or their queue timeout) instead of
+// being refused by a queue limit; the limits and preemption apply when it
+// ends (warm.go). The scheduler only sees reports as data with their read
+// time; it never reads a clock.
 //
 // Invariants: every request reaches exactly one outcome; a queued entry is
 // in exactly one lane and one wait list; the load booked on each rank equals
 // the sum over the requests in flight there; slots in flight never exceed
-// the capacity except right after a shrink, and then only decrease; no
+// the capacity except right after a shrink, and then only decrease; the
+// slots a worker's seeds hold never exceed its own slots; no
 // queued request has passed its queue timeout after Tick(now) (priority
 // scheduler on). Timeouts and promotions are driven by NextDeadline and
 // Tick; nothing polls. Steady-state Submit, dispatch and Release allocate

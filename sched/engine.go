@@ -23,13 +23,18 @@ import (
 //     ignored: the rank is judged by its bookings alone. A whole-fleet
 //     outage therefore falls back to bookings and never halts dispatch.
 //   - Warm start. After New (or Resume) the SMG slot gate admits nothing
-//     until every rank has reported, for at most WarmWait. Each rank's first
-//     fresh report seeds it with the engine's running + waiting requests
-//     not covered by its bookings; the seed holds slots in the SMG pool and
-//     adds to the rank's selection cost. Later reports only lower it
-//     (to what the engine reports beyond the bookings), so once the
-//     requests in flight before the start have ended the bookings alone
-//     count. A stale rank loses its seed for good.
+//     until every rank has reported, for at most WarmWait. An arrival that
+//     has to queue meanwhile is not refused by a queue limit: the limits
+//     and preemption are applied when the hold ends (judgeWarm). Each
+//     rank's first fresh report seeds it with the engine's running +
+//     waiting requests not covered by its bookings; the seed adds to the
+//     rank's selection cost, and holds slots in the SMG pool, but at most
+//     the worker's own: the seeds of worker w's ranks hold
+//     min(Σ seed, slots(w)), so one engine's report, however large, never
+//     takes another worker's slots. Later reports only lower the seed (to
+//     what the engine reports beyond the bookings), so once the requests in
+//     flight before the start have ended the bookings alone count. A stale
+//     rank loses its seed for good.
 //   - Capacity. A worker given no max_running_requests takes its slot count
 //     from the sum of its ranks' reported MaxRunning once every rank has
 //     reported one; the SMG capacity and the clamped reservations follow.
@@ -201,10 +206,29 @@ func (s *Scheduler) anyUnsaturated(n need) bool {
 	return false
 }
 
-// occupied is the slots in use: the in-flight requests plus the warm-start
-// seeds.
+// occupied is the slots in use: the in-flight requests plus the slots the
+// warm-start seeds hold.
 func (s *Scheduler) occupied() uint32 {
-	return s.inFlightTotal + min(s.seeded, math.MaxUint32-s.inFlightTotal)
+	return s.inFlightTotal + uint32(min(s.seeded, uint64(math.MaxUint32-s.inFlightTotal)))
+}
+
+// seedCharge returns the slots w's seeds hold: their sum, at most the
+// worker's own slots. The worker's bookings take slots of their own.
+func seedCharge(w *workerState) uint64 {
+	var seed uint64
+	for _, r := range w.ranks {
+		seed += uint64(r.eng.seed)
+	}
+	return min(seed, uint64(min(w.slots, maxCapacity)))
+}
+
+// recountSeeds sets the slots the seeds of the current workers hold.
+func (s *Scheduler) recountSeeds() {
+	var total uint64
+	for _, w := range s.workers {
+		total += seedCharge(w)
+	}
+	s.seeded = total
 }
 
 // bookSince counts e, just booked on r, as arrived since r's last report.
@@ -255,12 +279,14 @@ func (s *Scheduler) ReportLoad(now time.Time, loads []EngineLoad) []Action {
 	}
 	changed := false
 	if s.engineOn() {
-		changed = s.applySeeds()
 		if s.cfg.Engine.Capacity {
-			changed = s.applyEngineCapacity() || changed
+			changed = s.applyEngineCapacity()
 		}
+		// After the capacity: a worker's seeds hold at most its slots.
+		changed = s.applySeeds() || changed
 	}
-	if s.warming && s.allSeeded() {
+	ended := s.warming && s.allSeeded()
+	if ended {
 		s.warming = false
 		changed = true
 	}
@@ -269,6 +295,10 @@ func (s *Scheduler) ReportLoad(now time.Time, loads []EngineLoad) []Action {
 	}
 	s.recheckAll()
 	s.dispatchLoop(t, false)
+	if ended {
+		s.judgeWarm(t)
+		s.dispatchLoop(t, false)
+	}
 	return s.actions
 }
 
@@ -296,21 +326,16 @@ func (s *Scheduler) record(l *EngineLoad) {
 }
 
 // applySeeds moves every rank's warm-start seed (see the top of the file)
-// and reports whether the total changed.
+// and reports whether the slots the seeds hold changed.
 func (s *Scheduler) applySeeds() bool {
-	var total uint64
 	for _, w := range s.workers {
 		for _, r := range w.ranks {
 			s.seedRank(r)
-			total += uint64(r.eng.seed)
 		}
 	}
-	total = min(total, math.MaxUint32)
-	if uint32(total) == s.seeded {
-		return false
-	}
-	s.seeded = uint32(total)
-	return true
+	before := s.seeded
+	s.recountSeeds()
+	return s.seeded != before
 }
 
 // seedRank moves r's seed.
@@ -390,7 +415,7 @@ func (s *Scheduler) startWarm(t instant) {
 	for _, r := range s.ranks {
 		r.eng.seed, r.eng.seedBlocks, r.eng.seedState = 0, 0, seedPending
 	}
-	s.seeded = 0
+	s.recountSeeds()
 	if s.cfg.Engine.WarmWait > 0 && s.prio {
 		s.warming, s.warmUntil = true, addSat(t, s.cfg.Engine.WarmWait)
 	}
@@ -409,10 +434,13 @@ func (s *Scheduler) allSeeded() bool {
 	return true
 }
 
-// endWarmIfDue ends the warm start's hold once WarmWait has passed.
-func (s *Scheduler) endWarmIfDue(t instant) {
-	if s.warming && t >= s.warmUntil {
-		s.warming = false
-		s.recheckAll()
+// endWarmIfDue ends the warm start's hold once WarmWait has passed and
+// reports whether it did; the caller runs a pass, then judgeWarm.
+func (s *Scheduler) endWarmIfDue(t instant) bool {
+	if !s.warming || t < s.warmUntil {
+		return false
 	}
+	s.warming = false
+	s.recheckAll()
+	return true
 }

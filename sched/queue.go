@@ -117,9 +117,14 @@ func (s *Scheduler) mustQueue(e *entry) bool {
 //     that has to queue.
 //
 // Limits apply to every request that enters a queue, whichever gate made it
-// queue. Draining is not checked here: while draining, Submit rejects every
-// arrival before it gets this far. It reports whether e was queued.
+// queue, except while the warm start holds the slot gate: the limits then
+// wait for its end (joinWarm). Draining is not checked here: while
+// draining, Submit rejects every arrival before it gets this far. It
+// reports whether e was queued.
 func (s *Scheduler) join(e *entry, t instant) bool {
+	if s.prio && s.warming {
+		return s.joinWarm(e, t)
+	}
 	if s.prio && s.wait[e.prio].n >= s.cfg.Priority.Classes[e.prio].QueueSize {
 		s.finish(e, OutcomeQueueFull, false, t)
 		return false
@@ -134,23 +139,40 @@ func (s *Scheduler) join(e *entry, t instant) bool {
 	return true
 }
 
+// classUsage is what the per-worker limits of a policy class count: its
+// queued requests and the sums of their raw ISL and cached tokens.
+type classUsage struct{ requests, isl, cached uint64 }
+
+// hasLimits reports whether c has a per-worker limit.
+func hasLimits(c *ClassSpec) bool {
+	return c.RequestLimitPerWorker != nil || c.RawISLLimitPerWorker != nil || c.CachedTokenLimitPerWorker != nil
+}
+
 // overLimit returns the first per-worker limit of e's policy class that its
 // queue has reached, with the usage and the effective limit.
 func (s *Scheduler) overLimit(e *entry) (LimitKind, uint64, uint64) {
+	if !hasLimits(e.spec()) {
+		return LimitNone, 0, 0
+	}
+	requests, isl, cached := e.mq.ring.classStats(e.class)
+	return s.limitReached(e, classUsage{requests, isl, cached})
+}
+
+// limitReached is overLimit for the usage u of e's policy class.
+func (s *Scheduler) limitReached(e *entry, u classUsage) (LimitKind, uint64, uint64) {
 	c := e.spec()
-	if c.RequestLimitPerWorker == nil && c.RawISLLimitPerWorker == nil && c.CachedTokenLimitPerWorker == nil {
+	if !hasLimits(c) {
 		return LimitNone, 0, 0
 	}
 	workers := s.instances(e.model)
-	requests, isl, cached := e.mq.ring.classStats(e.class)
 	for _, l := range [...]struct {
 		kind      LimitKind
 		perWorker *uint64
 		current   uint64
 	}{
-		{LimitRequests, c.RequestLimitPerWorker, requests},
-		{LimitRawISLTokens, c.RawISLLimitPerWorker, isl},
-		{LimitCachedTokens, c.CachedTokenLimitPerWorker, cached},
+		{LimitRequests, c.RequestLimitPerWorker, u.requests},
+		{LimitRawISLTokens, c.RawISLLimitPerWorker, u.isl},
+		{LimitCachedTokens, c.CachedTokenLimitPerWorker, u.cached},
 	} {
 		if l.perWorker == nil {
 			continue
@@ -198,6 +220,7 @@ func (s *Scheduler) unqueue(e *entry, popped bool) {
 	s.wait[e.prio].remove(e)
 	s.queuedTotal--
 	s.markUnservable(e, false)
+	e.flags &^= flagWarm
 	if v := e.peer; v != nil {
 		v.peer, e.peer = nil, nil
 	}

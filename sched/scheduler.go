@@ -47,12 +47,13 @@ type Scheduler struct {
 	inFlight      [NumPriorities]uint32
 	inFlightTotal uint32
 	preemptible   [NumPriorities]entryList
-	// seeded is the sum of the ranks' warm-start seeds; they hold slots.
-	// While warming the slot gate admits nothing until every rank has
-	// reported or warmUntil has passed; warmPending starts a warm start at the next
-	// call (New and Resume have no time). now is the time of the current
-	// call (engine.go).
-	seeded      uint32
+	// seeded is the slots the warm-start seeds hold, each worker's at
+	// most its own slots. While warming the slot gate admits nothing until
+	// every rank has reported or warmUntil has passed, and arrivals that
+	// queue meanwhile wait for their limits (warm.go); warmPending starts
+	// a warm start at the next call (New and Resume have no time). now is
+	// the time of the current call (engine.go).
+	seeded      uint64
 	warming     bool
 	warmPending bool
 	warmUntil   instant
@@ -105,13 +106,17 @@ const (
 	// flagUnservable: the request is queued, unpinned, and no worker of the
 	// set is eligible for it; it is counted in Scheduler.unservable.
 	flagUnservable
+	// flagWarm: the request queued while the warm start held the slot
+	// gate; its entry limits and preemption wait for the hold's end.
+	flagWarm
 )
 
 // New builds a scheduler over an initial worker set. It fails when the SMG
-// reservations exceed the capacity of that set, with the upstream text
-// "sum of class reservations (N) exceeds capacity (M)", and when the
-// configuration is malformed (profiles that would not resolve a request,
-// non-finite numbers) or a worker has more than MaxDPSize ranks.
+// reservations exceed the capacity of that set, with a *ReservationError
+// whose text is upstream's "sum of class reservations (N) exceeds capacity
+// (M)", and when the configuration is malformed (profiles that would not
+// resolve a request, non-finite numbers) or a worker has more than
+// MaxDPSize ranks.
 func New(cfg Config, workers []Worker) (*Scheduler, error) {
 	if err := errors.Join(validateConfig(&cfg), cfg.Engine.validate(), validateWorkers(workers)); err != nil {
 		return nil, err
@@ -148,7 +153,7 @@ func New(cfg Config, workers []Worker) (*Scheduler, error) {
 	s.capacity = workerCapacity(s.workers, cfg.FallbackCapacity)
 	desired := s.desiredReservations(s.capacity)
 	if s.prio {
-		if err := reservationError(desired, s.capacity); err != nil {
+		if err := s.reservationError(desired); err != nil {
 			return nil, err
 		}
 	}
@@ -178,6 +183,9 @@ func New(cfg Config, workers []Worker) (*Scheduler, error) {
 //     (join).
 //  5. A queued arrival of a can_preempt class that found no free slot
 //     preempts at most one victim.
+//
+// While the warm start holds the slot gate, step 4 queues without the
+// limits and step 5 waits: both apply when the hold ends (warm.go).
 //
 // Upstream Dynamo does not drain the queue on an enqueue (a request that
 // joined a backlog waits for the next load event); here every enqueue runs
@@ -245,7 +253,9 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 		if !eligible {
 			s.markUnservable(e, true)
 		}
-		if slotFull && s.cfg.Priority.Classes[e.prio].CanPreempt {
+		// While the warm start holds the gate, no slot is known to be
+		// missing yet: judgeWarm preempts at its end.
+		if slotFull && !s.warming && s.cfg.Priority.Classes[e.prio].CanPreempt {
 			s.preemptFor(e)
 		}
 		s.settle(e, t)
@@ -345,7 +355,7 @@ func (s *Scheduler) Release(now time.Time, id uint64) []Action {
 func (s *Scheduler) Tick(now time.Time) []Action {
 	s.actions = s.actions[:0]
 	t := s.at(now)
-	s.endWarmIfDue(t)
+	ended := s.endWarmIfDue(t)
 	if s.prio {
 		s.expire(t)
 		if s.promoteStarving(t) {
@@ -353,6 +363,10 @@ func (s *Scheduler) Tick(now time.Time) []Action {
 		}
 	}
 	s.pass(t)
+	if ended {
+		s.judgeWarm(t)
+		s.pass(t)
+	}
 	return s.actions
 }
 
@@ -369,6 +383,7 @@ func (s *Scheduler) SetWorkers(now time.Time, workers []Worker) []Action {
 	if s.engineOn() && s.cfg.Engine.Capacity {
 		s.applyEngineCapacity()
 	}
+	s.recountSeeds()
 	s.applyCapacity(workerCapacity(s.workers, s.cfg.FallbackCapacity))
 	for p := range s.wait {
 		for e := s.wait[p].head; e != nil; {

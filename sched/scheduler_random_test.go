@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -236,9 +237,14 @@ func (d *simDriver) step() error {
 	case op < 99:
 		d.s.Route([]string{"m1", "m2", "ghost"}[src.intn(3)])
 	default:
-		if !d.drained && src.intn(20) == 0 {
+		switch {
+		case !d.drained && src.intn(20) == 0:
 			d.drained = true
 			return d.apply(d.s.Drain(d.now), 0)
+		case d.drained && src.intn(4) == 0:
+			// Leadership comes back: a new warm start.
+			d.drained = false
+			d.s.Resume()
 		}
 	}
 	return nil
@@ -256,7 +262,7 @@ func (d *simDriver) report() error {
 			}
 			loads = append(loads, EngineLoad{
 				Worker: w.ID, Rank: w.DPStart + r, At: d.now.Add(-time.Duration(src.intn(1000)) * time.Millisecond),
-				Waiting: uint32(src.intn(8)), Running: uint32(src.intn(8)), KVUsage: float64(src.intn(5)) / 4,
+				Waiting: d.reported(), Running: d.reported(), KVUsage: float64(src.intn(5)) / 4,
 				KVBlocks: uint64(src.intn(3) * 100), MaxRunning: uint32(src.intn(6)),
 			})
 		}
@@ -266,6 +272,19 @@ func (d *simDriver) report() error {
 		d.allowance = max(d.allowance, over-d.s.capacity)
 	}
 	return d.apply(acts, 0)
+}
+
+// reported is a random request count an engine reports: mostly small,
+// sometimes far past any worker's slots (a lying or overfull engine).
+func (d *simDriver) reported() uint32 {
+	switch d.src.intn(16) {
+	case 0:
+		return 1e9
+	case 1:
+		return math.MaxUint32
+	default:
+		return uint32(d.src.intn(8))
+	}
 }
 
 // submit sends one random request.
@@ -295,15 +314,41 @@ func (d *simDriver) submit() error {
 	}
 	r.FairnessKey = []string{"", "t1", "t2", "t3", "t4"}[src.intn(5)]
 	d.status[id] = simPending
+	warming, waiting, capacity := d.s.warming, d.s.wait, d.s.capacity
 	acts := d.s.Submit(d.now, r)
 	if n := len(acts); n > 0 && acts[n-1].Kind == ActionQueue && acts[n-1].Model != r.Model {
 		return fmt.Errorf("queue action %+v for model %q", acts[n-1], r.Model)
+	}
+	if err := d.checkWarmArrival(warming, &waiting, capacity, acts, id); err != nil {
+		return err
 	}
 	if err := d.apply(acts, id); err != nil {
 		return err
 	}
 	if d.status[id] == simPending {
 		return fmt.Errorf("arrival %d neither dispatched, rejected nor reported queued: %v", id, simRender(acts))
+	}
+	return nil
+}
+
+// checkWarmArrival checks that an arrival while the warm start held the
+// slot gate was refused by a queue limit only past the hold's bound:
+// its class's queue_size plus the capacity.
+func (d *simDriver) checkWarmArrival(warming bool, waiting *[NumPriorities]waitList, capacity uint32, acts []Action, id uint64) error {
+	if !warming {
+		return nil
+	}
+	for _, a := range acts {
+		if a.ID != id || a.Kind != ActionReject {
+			continue
+		}
+		bound := uint64(d.s.cfg.Priority.Classes[a.Priority].QueueSize) + uint64(capacity)
+		switch {
+		case a.Outcome == OutcomeClassLimit:
+			return fmt.Errorf("arrival %d refused by a class limit during the warm start", id)
+		case a.Outcome == OutcomeQueueFull && uint64(waiting[a.Priority].n) < bound:
+			return fmt.Errorf("arrival %d refused with %d of %d waiting during the warm start", id, waiting[a.Priority].n, bound)
+		}
 	}
 	return nil
 }
@@ -512,6 +557,9 @@ func simInvariants(s *Scheduler) error {
 		if e.flags&flagPreemptible != 0 {
 			preemptible++
 		}
+		if e.flags&flagWarm != 0 && (!s.warming || e.state != stateQueued) {
+			return fmt.Errorf("entry %d flagged as a warm-start arrival in state %d, warming %v", id, e.state, s.warming)
+		}
 		switch e.state {
 		case stateQueued:
 			queued[e.prio]++
@@ -632,6 +680,9 @@ func simInvariants(s *Scheduler) error {
 			return fmt.Errorf("removed rank %v kept without requests", k)
 		}
 	}
+	if err := seedInvariants(s); err != nil {
+		return err
+	}
 	if s.prio {
 		var sum uint64
 		for _, r := range s.reserved {
@@ -640,6 +691,24 @@ func simInvariants(s *Scheduler) error {
 		if sum > uint64(s.capacity) {
 			return fmt.Errorf("reservations %v exceed capacity %d", s.reserved, s.capacity)
 		}
+	}
+	return nil
+}
+
+// seedInvariants checks that the slots the warm-start seeds hold are the
+// sum over the current workers of their ranks' seeds, each worker's at
+// most its own slots.
+func seedInvariants(s *Scheduler) error {
+	var held uint64
+	for _, w := range s.workers {
+		var seed uint64
+		for _, r := range w.ranks {
+			seed += uint64(r.eng.seed)
+		}
+		held += min(seed, uint64(min(w.slots, maxCapacity)))
+	}
+	if held != s.seeded {
+		return fmt.Errorf("seeds hold %d slots, want %d (each worker's at most its own)", s.seeded, held)
 	}
 	return nil
 }

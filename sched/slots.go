@@ -1,9 +1,6 @@
 package sched
 
-import (
-	"fmt"
-	"math"
-)
+import "math"
 
 // This file holds SMG's slot pool: capacity, per-class reservations, the
 // slot gate, and preemption victims.
@@ -16,8 +13,9 @@ import (
 // lower classes, C's own reservation does not limit C, and lower classes'
 // reservations are ignored. free is monotone in C. A starvation-promoted
 // entry ignores reservations and needs only in_flight < capacity. The
-// first in_flight includes the warm-start seeds (engine.go), and free is 0
-// for every class while the warm start holds the gate.
+// first in_flight includes the slots the warm-start seeds hold, each
+// worker's within its own slots (engine.go), and free is 0 for every class
+// while the warm start holds the gate.
 
 // maxCapacity is SMG's u16 capacity ceiling.
 const maxCapacity = math.MaxUint16
@@ -69,18 +67,6 @@ func clampReservations(desired [NumPriorities]uint32, capacity uint32) [NumPrior
 		remaining -= out[p]
 	}
 	return out
-}
-
-// reservationError is the startup check: the desired reservations must fit.
-func reservationError(desired [NumPriorities]uint32, capacity uint32) error {
-	var sum uint64
-	for _, d := range desired {
-		sum += uint64(d)
-	}
-	if sum > uint64(capacity) {
-		return fmt.Errorf("sum of class reservations (%d) exceeds capacity (%d)", sum, capacity)
-	}
-	return nil
 }
 
 // applyCapacity moves the pool to capacity c with the clamped reservations.

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"cmp"
+	"math"
 	"slices"
 )
 
@@ -17,7 +18,7 @@ func (s *Scheduler) Stats() Stats {
 		Admits:      s.admits,
 		Preemptions: s.preemptions,
 		Promotions:  s.promotions,
-		Seeded:      s.seeded,
+		Seeded:      uint32(min(s.seeded, math.MaxUint32)),
 		Warming:     s.warming,
 	}
 	if s.capacity > 0 {
