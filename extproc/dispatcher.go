@@ -65,6 +65,12 @@ type decision struct {
 // noticeCap is the capacity of a stream's notice box: one of each kind.
 const noticeCap = 3
 
+// noticeBox receives one request's notices. put never blocks; it reports
+// false when the box is full, which is a bug (see noticeCap).
+type noticeBox interface {
+	put(n notice) bool
+}
+
 // eventBuffer is the capacity of the dispatcher's event channel. A stream
 // hands over its submit, first token and release without waiting for the
 // dispatcher to take them, so 64 streams do not queue up on one
@@ -113,7 +119,7 @@ type event struct {
 	id   uint64
 	// evSubmit.
 	req sched.Request
-	box chan<- notice
+	box noticeBox
 	at  time.Time
 	// evWorkers.
 	workers *workerSet
@@ -145,15 +151,18 @@ type reply struct {
 type dispatcher struct {
 	events  chan event
 	stopped chan struct{}
-	log     *slog.Logger
-	now     func() time.Time
-	hooks   dispatcherHooks
+	// halted ends when run returns, as stopped is closed.
+	halted context.Context
+	halt   context.CancelFunc
+	log    *slog.Logger
+	now    func() time.Time
+	hooks  dispatcherHooks
 	// published is the last serving snapshot.
 	published atomic.Pointer[serving]
 
 	// Owned by run (or, before run, by its caller under Server.runMu).
 	sch     scheduler
-	boxes   map[uint64]chan<- notice
+	boxes   map[uint64]noticeBox
 	workers *workerSet
 	state   serving
 	// shed: Drain shed the queue; the scheduler stays drained.
@@ -184,9 +193,10 @@ func newDispatcher(sch scheduler, ws *workerSet, now func() time.Time, log *slog
 		now:     now,
 		hooks:   hooks,
 		sch:     sch,
-		boxes:   make(map[uint64]chan<- notice),
+		boxes:   make(map[uint64]noticeBox),
 		workers: ws,
 	}
+	d.halted, d.halt = context.WithCancel(context.Background())
 	d.state.workers = len(ws.sched)
 	d.publish()
 	return d
@@ -206,6 +216,7 @@ func (d *dispatcher) publish() {
 // run serves events until ctx ends. Streams still waiting then see
 // stopped closed and answer for themselves.
 func (d *dispatcher) run(ctx context.Context) {
+	defer d.halt()
 	defer close(d.stopped)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -271,8 +282,8 @@ func (d *dispatcher) handle(ev event) {
 func (d *dispatcher) submit(now time.Time, ev event) {
 	if ev.subset != nil {
 		if ev.req.AllowedWorkers = d.workers.allowed(ev.subset); ev.req.AllowedWorkers == nil {
-			ev.box <- notice{kind: noticeDecided, decision: &decision{action: sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeNoEndpoints,
-				Priority: ev.req.Priority, Model: ev.req.Model, Message: subsetUnmatched}}}
+			ev.box.put(notice{kind: noticeDecided, decision: &decision{action: sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeNoEndpoints,
+				Priority: ev.req.Priority, Model: ev.req.Model, Message: subsetUnmatched}}})
 			return
 		}
 	}
@@ -327,9 +338,7 @@ func (d *dispatcher) tell(id uint64, n notice) {
 	if box == nil {
 		return
 	}
-	select {
-	case box <- n:
-	default:
+	if !box.put(n) {
 		d.log.Error("notice box full; notice dropped", "request", id, "notice", n.kind)
 	}
 }

@@ -124,10 +124,22 @@ func runDispatcher(t *testing.T, f *fakeScheduler) *dispatcher {
 	return d
 }
 
+// chanBox is a notice box over a channel of noticeCap.
+type chanBox chan notice
+
+func (b chanBox) put(n notice) bool {
+	select {
+	case b <- n:
+		return true
+	default:
+		return false
+	}
+}
+
 // submit hands request id to the dispatcher and returns its notice box.
-func submit(t *testing.T, d *dispatcher, id uint64) chan notice {
+func submit(t *testing.T, d *dispatcher, id uint64) chanBox {
 	t.Helper()
-	box := make(chan notice, noticeCap)
+	box := make(chanBox, noticeCap)
 	if err := d.send(context.Background(), event{kind: evSubmit, id: id, req: sched.Request{ID: id}, box: box, at: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +148,7 @@ func submit(t *testing.T, d *dispatcher, id uint64) chan notice {
 
 // notices returns what is in a box once the bubble is idle, as
 // "kind[:outcome|:address]" strings.
-func notices(box chan notice) []string {
+func notices(box chanBox) []string {
 	synctest.Wait()
 	var out []string
 	for {

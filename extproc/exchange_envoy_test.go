@@ -2,16 +2,22 @@ package extproc
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tollgate/tollgate/sched"
 )
 
 // respHeadersStatus is response_headers with the given :status.
@@ -191,5 +197,36 @@ func TestExchange_MissingSourceAddress(t *testing.T) {
 	feed(t, x, m)
 	if n := testutil.ToFloat64(p.metrics.sourceAddressMissing); n != 0 {
 		t.Errorf("x-forwarded-for mode counted %v", n)
+	}
+}
+
+// TestServer_EnvoyLocalReplyToAQueuedRequest runs the same through the
+// stream loop: a queued stream still receives, so Envoy's own local reply
+// (the HCM's 504 for stream_idle_timeout, conn_manager_impl.cc:1061-1077)
+// is answered at once with CONTINUE, not after Envoy's message timer or
+// tollgate's queue timeout, and the queue place is free before the reply's
+// end. The stream ends cleanly at the reply's end.
+func TestServer_EnvoyLocalReplyToAQueuedRequest(t *testing.T) {
+	for _, resp := range []extprocfilterv3.ProcessingMode_BodySendMode{modeStreamed, modeDuplex} {
+		t.Run(resp.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
+				p := proto{req: modeBuffered, resp: resp}
+				a, b := ts.admitThenQueue(p)
+				ts.waitStats("b queued", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 1 })
+				b.send(respHeadersStatus("504", false))
+				if got := b.recvKinds(1); !cmp.Equal([]string{"resp_headers"}, got) {
+					t.Fatalf("Envoy's reply headers answered %v", got)
+				}
+				ts.waitStats("b out of the queue", func(s sched.Stats) bool { return s.QueueDepth[sched.PriorityDefault] == 0 })
+				b.send(respBody("upstream request timeout", true))
+				b.recvKinds(1)
+				if err := b.end(); !errors.Is(err, io.EOF) {
+					t.Fatalf("b end %v, want a clean end", err)
+				}
+				a.finish()
+				ts.waitIdle()
+			})
+		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate/tollgate/extproc/enginemetrics"
+	"github.com/tollgate/tollgate/extproc/kvevents"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -64,9 +65,12 @@ type Server struct {
 	shed     context.Context
 	shedNow  context.CancelFunc
 	warnOnce sync.Once
-	// readers tracks the Recv goroutines of preemptible requests, which
-	// outlive their handler by the moment gRPC takes to cancel the stream.
-	readers sync.WaitGroup
+	// kvOffOnce logs, once, a worker set that names KV-event endpoints
+	// while KV events are off.
+	kvOffOnce sync.Once
+	// senders tracks the goroutines that hand the dispatcher's notices to
+	// streams; one may outlive its stream's handler by a moment.
+	senders sync.WaitGroup
 
 	// runMu guards started: before Run, control events apply directly.
 	runMu   sync.Mutex
@@ -244,7 +248,21 @@ func (s *Server) noteWorkers(set *workerSet) {
 	s.metrics.setNamedModels(slices.Collect(maps.Keys(s.cfg.Sched.Policy.Models)), set.sched)
 	if s.cfg.KVEvents != nil {
 		s.cfg.KVEvents.SetWorkers(set.kv)
+	} else if w, ok := namesKVEndpoint(set.kv); ok {
+		s.kvOffOnce.Do(func() {
+			s.log.Warn("a worker names a KV-event endpoint, but KV events are off: its events are ignored; start with --kv-events to use them", "worker", w)
+		})
 	}
+}
+
+// namesKVEndpoint returns a worker that names its own KV-event endpoint.
+func namesKVEndpoint(eps []kvevents.Endpoint) (string, bool) {
+	for _, ep := range eps {
+		if ep.Endpoint != "" {
+			return ep.Worker, true
+		}
+	}
+	return "", false
 }
 
 // Ready reports whether the server has workers, leads (or runs without
@@ -339,9 +357,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Wait blocks until every stream reader goroutine has exited. Call it after
-// the gRPC server has stopped.
-func (s *Server) Wait() { s.readers.Wait() }
+// Wait blocks until every notice sender has exited. Call it after the
+// gRPC server and Run have stopped.
+func (s *Server) Wait() { s.senders.Wait() }
 
 // MetricsHandler serves /metrics (this server's registry), /healthz (the
 // process is alive) and /readyz (workers loaded and not draining).

@@ -138,13 +138,18 @@ func (c *clientStream) send(ms ...*extprocv3.ProcessingRequest) {
 }
 
 // recv returns the next reply, failing after a few seconds of the bubble's
-// fake clock, that is when the test would otherwise deadlock.
+// fake clock, that is when the test would otherwise deadlock. After an
+// ImmediateResponse it closes the stream, as Envoy does once it has the
+// final answer.
 func (c *clientStream) recv() *extprocv3.ProcessingResponse {
 	c.t.Helper()
 	select {
 	case r := <-c.in:
 		if r.err != nil {
 			c.t.Fatalf("stream ended: %v", r.err)
+		}
+		if r.m.GetImmediateResponse() != nil {
+			_ = c.s.CloseSend()
 		}
 		return r.m
 	case <-time.After(5 * time.Second):
@@ -348,12 +353,12 @@ func TestServer_ClientCancelWhileQueuedThenCapacityFrees(t *testing.T) {
 	})
 }
 
-// TestServer_HalfCloseWhileQueuedIsReleasedAfterItsRoute: Envoy half-closes
-// without a reset only under an opt-in runtime flag, and resets the stream
-// remote_close_timeout later (envoy-source-audit.md 8a). A queued request
-// reads nothing until its decision, so it is routed when its turn comes,
-// then sees the half-close and releases its booking at once.
-func TestServer_HalfCloseWhileQueuedIsReleasedAfterItsRoute(t *testing.T) {
+// TestServer_HalfCloseWhileQueuedLeavesTheQueue: Envoy half-closes without
+// a reset only under an opt-in runtime flag, when the client has gone, and
+// resets the stream remote_close_timeout later (envoy-source-audit.md 8a).
+// A queued stream still receives, so it sees the half-close at once: the
+// request leaves the queue before its turn and the stream ends cleanly.
+func TestServer_HalfCloseWhileQueuedLeavesTheQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
 		p := proto{req: modeBuffered}
@@ -361,13 +366,15 @@ func TestServer_HalfCloseWhileQueuedIsReleasedAfterItsRoute(t *testing.T) {
 		if err := b.s.CloseSend(); err != nil {
 			t.Fatal(err)
 		}
-		a.finish()
-		if got := b.recvKinds(1); !cmp.Equal([]string{"req_body+route"}, got) {
-			t.Fatalf("b after a finished: %v", got)
-		}
 		if err := b.end(); !errors.Is(err, io.EOF) {
 			t.Fatalf("b end %v", err)
 		}
+		var st sched.Stats
+		ts.waitStats("b out of the queue", func(s sched.Stats) bool { st = s; return s.QueueDepth[sched.PriorityDefault] == 0 })
+		if got := st.Admits[sched.PriorityDefault][sched.OutcomeClientCancelled]; got != 1 {
+			t.Errorf("client_cancelled %d, want 1", got)
+		}
+		a.finish()
 		ts.waitIdle()
 	})
 }
@@ -647,4 +654,32 @@ func TestServer_StatsWaitsForRun(t *testing.T) {
 	if st, ok := srv.Stats(wait); !ok || st.Capacity == 0 {
 		t.Fatalf("Stats right after starting Run: %v, capacity %d", ok, st.Capacity)
 	}
+}
+
+// TestServer_AnsweredStreamEnvoyKeepsOpenIsReset: a queued request answered
+// off its stream goroutine (here by Drain's shedding) waits for Envoy to
+// close the stream, as Envoy does once it has the final answer; a peer
+// that never closes it is reset after answeredCloseWait, so the stream's
+// goroutine never outlives the exchange for long.
+func TestServer_AnsweredStreamEnvoyKeepsOpenIsReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, oneWorker)
+		p := proto{req: modeBuffered, resp: modeStreamed}
+		a, b := ts.admitThenQueue(p)
+		go func() { _ = ts.srv.Drain(context.Background()) }()
+		r := <-b.in // read without closing, unlike recv
+		if ir := r.m.GetImmediateResponse(); ir.GetStatus().GetCode() != 503 {
+			t.Fatalf("queued request got %v (%v)", kinds([]*extprocv3.ProcessingResponse{r.m}), r.err)
+		}
+		start := time.Now()
+		r = <-b.in
+		if status.Code(r.err) != codes.Canceled {
+			t.Fatalf("stream end %v, want a reset", r.err)
+		}
+		if waited := time.Since(start); waited != answeredCloseWait {
+			t.Errorf("reset after %v, want %v", waited, answeredCloseWait)
+		}
+		a.finish()
+		ts.waitIdle()
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -23,8 +24,9 @@ type streamCancelKey struct{}
 
 // tapStream gives each ext_proc stream a context the server can cancel
 // itself. gRPC's Recv waits on this context, so cancelling it is the one
-// way to end a Recv that waits for a first message that never comes,
-// without a goroutine per stream.
+// way to end a Recv without a second goroutine: one that waits for a first
+// message that never comes, or one that waits for Envoy's next message
+// after a notice or a deadline ended the exchange.
 func tapStream(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if info.FullMethodName != processMethod {
 		return ctx, nil
@@ -40,18 +42,25 @@ func tapOption() grpc.ServerOption { return grpc.InTapHandle(tapStream) }
 var (
 	errNoFirstMessage = errors.New("extproc: no first message in time")
 	errShedSilent     = errors.New("extproc: draining; the stream sent no message")
+	errAnswered       = errors.New("extproc: the exchange ended and Envoy did not close the stream")
 )
+
+// answeredCloseWait bounds how long a stream whose exchange ended while it
+// waited for Envoy's next message (a rejection, a preemption) waits for
+// Envoy to close it. Envoy closes a stream as soon as it has its final
+// answer (v1.37+), or when its local reply is done, so this is only for a
+// peer that never does: the stream is then reset.
+const answeredCloseWait = 5 * time.Second
 
 // streamEnv connects an exchange to the dispatcher.
 type streamEnv struct {
 	s   *Server
 	ctx context.Context
-	// box receives the dispatcher's notices; made at submit.
-	box chan notice
+	// box receives the dispatcher's notices: the stream loop.
+	box noticeBox
 }
 
 func (e *streamEnv) submit(r *sched.Request, sub *subset) error {
-	e.box = make(chan notice, noticeCap)
 	return e.s.disp.send(e.ctx, event{kind: evSubmit, id: r.ID, req: *r, subset: sub, box: e.box, at: time.Now()})
 }
 
@@ -79,19 +88,14 @@ func (e *streamEnv) routed(now time.Time, worker string, pl *plan) {
 	e.s.planner.prefix.record(now, worker, pl.hashes, pl.exact)
 }
 
-// received is one Recv result, from a reader goroutine.
-type received struct {
-	m   *extprocv3.ProcessingRequest
-	err error
-}
-
 // Process serves one ext_proc stream: one HTTP request. The stream
-// goroutine receives Envoy's messages itself. While the request waits for
-// the scheduler it receives nothing and waits on its notices, the stream's
-// context (Envoy resets the stream when the client goes away), the
-// dispatcher's end and, when there is a deadline, one timer. Only an
-// admitted request that can still be preempted starts a reader goroutine,
-// so that a preemption reaches it while it waits for the response.
+// goroutine only ever receives: it waits in Recv for Envoy's next message,
+// also while the request waits for the scheduler, so Envoy's own local
+// reply to a queued request (Envoy 1.37+) is answered at once and frees
+// the queue place. What arrives meanwhile from elsewhere (the dispatcher's
+// notices, the exchange's deadline, the dispatcher's end) is handled by a
+// short-lived goroutine under the stream's lock; one that ends the
+// exchange also ends the Recv, through the stream's context.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	n := s.streamOpened()
 	defer s.streamClosed()
@@ -100,12 +104,14 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 	if n > int64(s.cfg.MaxConcurrentStreams) {
 		return status.Errorf(codes.ResourceExhausted, "tollgate: more than %d concurrent ext_proc streams", s.cfg.MaxConcurrentStreams)
 	}
-	env := &streamEnv{s: s, ctx: stream.Context()}
-	l := &streamLoop{s: s, stream: stream, ctx: env.ctx, env: env, x: newExchange(s.planner, env, s.log, id)}
+	l := &streamLoop{s: s, stream: stream, ctx: stream.Context()}
+	l.cancel, _ = l.ctx.Value(streamCancelKey{}).(context.CancelCauseFunc)
+	env := &streamEnv{s: s, ctx: l.ctx, box: l}
+	l.x = newExchange(s.planner, env, s.log, id)
 	defer l.stop()
 	m, err := s.firstMessage(l.ctx, stream)
 	if err != nil {
-		return l.end(err)
+		return l.fail(err)
 	}
 	return l.run(m)
 }
@@ -137,148 +143,221 @@ func (s *Server) firstMessage(ctx context.Context, stream extprocv3.ExternalProc
 	return m, err
 }
 
-// streamLoop runs one stream's exchange.
+// streamLoop runs one stream's exchange. The stream goroutine receives
+// Envoy's messages; notices, the deadline and the dispatcher's end arrive
+// on other goroutines. mu serializes them all: it guards the exchange, the
+// stream's Send and the loop's end.
 type streamLoop struct {
 	s      *Server
 	stream extprocv3.ExternalProcessor_ProcessServer
 	ctx    context.Context
-	env    *streamEnv
-	x      *exchange
-	// timer is made at the first deadline.
+	// cancel ends the stream's context (tapStream); nil on a server built
+	// without ServerOptions.
+	cancel context.CancelCauseFunc
+
+	mu sync.Mutex
+	x  *exchange
+	// over is set once the exchange ended; result is then what Process
+	// returns.
+	over   bool
+	result error
+	// timer fires at the exchange's deadline; made at the first one.
 	timer *time.Timer
-	// in and done connect the reader goroutine, started only for a
-	// request that can still be preempted; in is nil without one.
-	in   chan received
-	done chan struct{}
+	// unwatch stops watching for the dispatcher's end; set once the
+	// request was submitted.
+	unwatch func() bool
+	// closeWait resets a stream that Envoy does not close after an answer
+	// sent off the stream goroutine; see answeredCloseWait.
+	closeWait *time.Timer
+
+	// notices holds the dispatcher's notices in order until a sender
+	// takes them; delivering is set while a sender runs. nmu guards both
+	// and is never held across a Send, so the dispatcher never waits on a
+	// stream.
+	nmu        sync.Mutex
+	notices    [noticeCap]notice
+	pending    int
+	delivering bool
 }
 
-// run handles m and every later input until the exchange ends.
+// run handles m and every later message until the exchange ends.
 func (l *streamLoop) run(m *extprocv3.ProcessingRequest) error {
-	st := l.x.message(time.Now(), m)
 	for {
-		for _, m := range st.send {
-			if err := l.stream.Send(m); err != nil {
-				if l.ctx.Err() != nil { // the stream ended: say how
-					err = status.FromContextError(l.ctx.Err()).Err()
-				}
-				return l.end(err)
-			}
+		l.mu.Lock()
+		if !l.over {
+			l.apply(l.x.message(time.Now(), m), false)
 		}
-		if st.end {
-			return l.end(st.err)
-		}
-		if l.in == nil && l.x.preemptible() {
-			l.startReader()
+		over, result := l.over, l.result
+		l.mu.Unlock()
+		if over {
+			return result
 		}
 		var err error
-		if st, err = l.next(); err != nil {
-			return l.end(err)
+		if m, err = l.stream.Recv(); err != nil {
+			return l.fail(err)
 		}
 	}
 }
 
-// next waits for the exchange's next input and handles it. An error is a
-// Recv error or the end of the stream's context.
-func (l *streamLoop) next() (step, error) {
-	x := l.x
-	var box chan notice
-	if l.env.box != nil {
-		box = l.env.box
-		select { // a notice that is already there comes first
-		case n := <-box:
-			return x.onNotice(time.Now(), n, len(box) > 0), nil
-		default:
-		}
+// fail ends the exchange with err, unless it is over already, and returns
+// what Process returns.
+func (l *streamLoop) fail(err error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.over {
+		l.finish(err, false)
 	}
-	waiting := x.waiting()
-	if !waiting && l.in == nil {
-		m, err := l.stream.Recv()
-		if err != nil {
-			return step{}, err
-		}
-		return x.message(time.Now(), m), nil
-	}
-	var expired <-chan time.Time
-	if at, ok := x.deadline(); ok {
-		expired = l.arm(at)
-	}
-	var stopped <-chan struct{}
-	if waiting {
-		stopped = l.s.disp.stopped
-	}
-	select {
-	case r := <-l.in: // nil while waiting without a reader
-		if r.err != nil {
-			return step{}, r.err
-		}
-		return x.message(time.Now(), r.m), nil
-	case n := <-box:
-		return x.onNotice(time.Now(), n, len(box) > 0), nil
-	case <-expired:
-		return x.onExpire(time.Now()), nil
-	case <-stopped:
-		return x.onShutdown(time.Now()), nil
-	case <-l.ctx.Done():
-		if l.in != nil {
-			// gRPC also cancels the stream when it refuses a message
-			// (oversized, undecodable); the reader then holds that error.
-			return step{}, lastRecvErr(l.in)
-		}
-		return step{}, status.FromContextError(l.ctx.Err()).Err()
-	}
+	return l.result
 }
 
-// arm sets the stream's one timer to fire at at.
-func (l *streamLoop) arm(at time.Time) <-chan time.Time {
-	d := max(0, time.Until(at))
-	if l.timer == nil {
-		l.timer = time.NewTimer(d)
-	} else {
-		l.timer.Reset(d)
-	}
-	return l.timer.C
-}
-
-// startReader turns Recv into a channel for the rest of the stream, so
-// that the loop also sees preemption and the held response's deadline.
-func (l *streamLoop) startReader() {
-	l.in, l.done = make(chan received), make(chan struct{})
-	in, done := l.in, l.done
-	l.s.readers.Go(func() {
-		for {
-			m, err := l.stream.Recv()
-			select {
-			case in <- received{m, err}:
-			case <-done:
-				return
+// apply carries out one step of the exchange: send its messages, end the
+// exchange when it says so, otherwise watch its deadline and, once the
+// request is submitted, the dispatcher's end. async is set off the stream
+// goroutine, whose Recv must then be ended with the exchange. l.mu is held.
+func (l *streamLoop) apply(st step, async bool) {
+	for _, m := range st.send {
+		if err := l.stream.Send(m); err != nil {
+			if l.ctx.Err() != nil { // the stream ended: say how
+				err = status.FromContextError(l.ctx.Err()).Err()
 			}
-			if err != nil {
-				return
-			}
+			l.finish(err, async)
+			return
 		}
-	})
+	}
+	if st.end {
+		l.finish(st.err, async)
+		return
+	}
+	l.arm()
+	if l.unwatch == nil && l.x.waiting() {
+		l.unwatch = context.AfterFunc(l.s.disp.halted, l.shutdown)
+	}
 }
 
-// stop releases the loop's timer and reader.
-func (l *streamLoop) stop() {
+// finish ends the exchange with err. Off the stream goroutine (async),
+// that goroutine still waits in Recv: Envoy ends it by closing the stream
+// once it has the final answer, and the stream is reset if Envoy has not
+// within answeredCloseWait. Resetting it at once would count as a failed
+// stream at Envoy. l.mu is held.
+func (l *streamLoop) finish(err error, async bool) {
+	l.result = l.end(err)
+	l.over = true
+	l.release()
+	if async && l.cancel != nil {
+		l.closeWait = time.AfterFunc(answeredCloseWait, func() { l.cancel(errAnswered) })
+	}
+}
+
+// release stops the loop's timer and its watch on the dispatcher. l.mu is
+// held.
+func (l *streamLoop) release() {
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	if l.done != nil {
-		close(l.done)
+	if l.unwatch != nil {
+		l.unwatch()
 	}
 }
 
-// lastRecvErr returns the error that ends the reader's Recv loop, skipping
-// messages still in flight. Once the stream's context is done Recv returns
-// at once, so this does not block for long.
-func lastRecvErr(in <-chan received) error {
-	for r := range in {
-		if r.err != nil {
-			return r.err
+// stop ends the loop when Process returns: a notice or a deadline that
+// comes later finds it over. Nothing may Send once Process has returned.
+func (l *streamLoop) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.over {
+		l.over = true
+		l.release()
+	}
+	if l.closeWait != nil {
+		l.closeWait.Stop()
+	}
+}
+
+// arm sets the timer to the exchange's deadline, or stops it. l.mu is held.
+func (l *streamLoop) arm() {
+	at, ok := l.x.deadline()
+	switch {
+	case ok && l.timer == nil:
+		l.timer = time.AfterFunc(max(0, time.Until(at)), l.expire)
+	case ok:
+		l.timer.Reset(max(0, time.Until(at)))
+	case l.timer != nil:
+		l.timer.Stop()
+	}
+}
+
+// expire acts at the exchange's deadline, on the timer's goroutine.
+func (l *streamLoop) expire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.over {
+		return
+	}
+	now := time.Now()
+	if at, ok := l.x.deadline(); !ok || now.Before(at) {
+		l.arm() // moved since the timer was set
+		return
+	}
+	l.apply(l.x.onExpire(now), true)
+}
+
+// shutdown answers a waiting request when the dispatcher has stopped.
+func (l *streamLoop) shutdown() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.over {
+		l.apply(l.x.onShutdown(time.Now()), true)
+	}
+}
+
+// put takes a notice from the dispatcher and starts a sender unless one
+// runs. It never waits on the stream. A request gets at most one notice
+// of each kind, so the box never fills; false reports a full one.
+func (l *streamLoop) put(n notice) bool {
+	l.nmu.Lock()
+	if l.pending == len(l.notices) {
+		l.nmu.Unlock()
+		return false
+	}
+	l.notices[l.pending] = n
+	l.pending++
+	start := !l.delivering
+	l.delivering = true
+	l.nmu.Unlock()
+	if start {
+		l.s.senders.Go(l.deliver)
+	}
+	return true
+}
+
+// deliver applies the notices in order until none is left: the sender.
+func (l *streamLoop) deliver() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		n, more, ok := l.take()
+		if !ok {
+			return
+		}
+		if !l.over {
+			l.apply(l.x.onNotice(time.Now(), n, more), true)
 		}
 	}
-	return io.EOF
+}
+
+// take removes the first notice; more reports another behind it. When
+// none is left it ends the sender's turn.
+func (l *streamLoop) take() (n notice, more, ok bool) {
+	l.nmu.Lock()
+	defer l.nmu.Unlock()
+	if l.pending == 0 {
+		l.delivering = false
+		return notice{}, false, false
+	}
+	n = l.notices[0]
+	copy(l.notices[:], l.notices[1:l.pending])
+	l.pending--
+	return n, l.pending > 0, true
 }
 
 // end closes the exchange and returns what Process returns, whatever ended

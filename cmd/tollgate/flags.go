@@ -274,6 +274,7 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	}
 	add(o.discovery.validate(o))
 	add(o.kvEvents.validate())
+	add(o.kvEvents.checkWorkers(workers))
 	add(cfg.Validate())
 	if len(errs) == 0 && cfg.GRPC.TLSCert != "" {
 		_, err := extproc.ServerOptions(cfg) // loads the certificate, key and client CA

@@ -5,8 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/kvevents"
 )
 
@@ -57,6 +60,31 @@ func (k *kvEventsOptions) validate() error {
 		errs = append(errs, errors.New("--kv-events-speculative-ttl must be positive"))
 	}
 	return errors.Join(errs...)
+}
+
+// checkWorkers refuses workers that name KV-event endpoints while KV events
+// are off: the key alone would be ignored.
+func (k *kvEventsOptions) checkWorkers(ws []extproc.Worker) error {
+	if k.on() {
+		return nil
+	}
+	var named []string
+	for _, w := range ws {
+		if w.KVEventsEndpoint != "" {
+			named = append(named, strconv.Quote(w.ID))
+		}
+	}
+	if len(named) == 0 {
+		return nil
+	}
+	who := "worker " + named[0] + " names"
+	if n := len(named); n > 1 {
+		if n > 3 {
+			named = append(named[:3], fmt.Sprintf("%d more", n-3))
+		}
+		who = "workers " + strings.Join(named, ", ") + " name"
+	}
+	return fmt.Errorf("%s kv_events_endpoint, but KV events are off: add --kv-events to price with the engines' KV events, or remove the key", who)
 }
 
 // manager starts the KV-event manager, or returns nil when events are off.

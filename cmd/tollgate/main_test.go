@@ -120,6 +120,20 @@ func TestCheckConfig_ReservationsExceedCapacity(t *testing.T) {
 	}
 }
 
+// TestCheckConfig_KVEndpointNeedsKVEvents: a worker's kv_events_endpoint
+// would be ignored without --kv-events, so check-config refuses it and
+// says what to add; with the flag the same file is valid.
+func TestCheckConfig_KVEndpointNeedsKVEvents(t *testing.T) {
+	workers := writeFile(t, "workers.yaml", "workers:\n  - id: w1\n    address: 127.0.0.1:18001\n    kv_events_endpoint: tcp://127.0.0.1:5557\n")
+	code, out, _ := runArgs(t, "check-config", "--workers", workers)
+	if code != 1 || !strings.Contains(out, `worker "w1" names kv_events_endpoint, but KV events are off: add --kv-events`) {
+		t.Fatalf("code %d, output %q", code, out)
+	}
+	if code, out, errs := runArgs(t, "check-config", "--workers", workers, "--kv-events"); code != 0 {
+		t.Fatalf("with --kv-events: code %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+}
+
 // TestServe_ReadyThenDrains starts the real server on loopback, checks
 // /readyz and /metrics, then cancels the context and expects a clean stop.
 func TestServe_ReadyThenDrains(t *testing.T) {

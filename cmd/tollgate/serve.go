@@ -146,10 +146,28 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 	}
 	cancel()
 	stopRun()
-	srv.Wait()
-	wg.Wait()
+	// The watchers and discovery end with runCtx. Past the budget plus a
+	// fixed margin the process exits whatever they wait on: no peer keeps
+	// it alive.
+	stopped := make(chan struct{})
+	go func() {
+		srv.Wait()
+		wg.Wait()
+		close(stopped)
+	}()
+	t := time.NewTimer(time.Until(deadline) + exitMargin)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		log.Error("shutdown: background work still running past the shutdown budget; exiting anyway", "margin", exitMargin)
+	}
 	return serveErr
 }
+
+// exitMargin is how long past --drain-delay + --shutdown-timeout the
+// background work (watchers, discovery, engine adapters) may take to stop.
+const exitMargin = time.Second
 
 // stopGRPC stops gs gracefully, forcing it after timeout (at once when
 // timeout is not positive).
