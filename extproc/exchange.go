@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +35,8 @@ type exchangeEnv interface {
 	// routed records in the prefix index that a planned request went to
 	// worker.
 	routed(now time.Time, worker string, pl *plan)
+	// context ends with the stream: work for the request stops then.
+	context() context.Context
 }
 
 // stage is where an exchange is in its HTTP request's life.

@@ -192,7 +192,7 @@ func (x *exchange) complete(now time.Time) step {
 		x.p.metrics.admission.WithLabelValues("routed").Observe(now.Sub(x.start).Seconds())
 		return step{send: x.routeReplies(t)}
 	}
-	pl, rej := x.p.build(now, x.id, x.kind, x.hdr, x.who, x.body, x.headersOnly, x.rewriteParsed)
+	pl, rej := x.p.build(x.env.context(), now, x.id, x.kind, x.hdr, x.who, x.body, x.headersOnly, x.rewriteParsed)
 	if rej != nil {
 		return x.reject(now, rej)
 	}

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -121,8 +122,9 @@ func (f *fakeEnv) route(model string, sub *subset) (target, bool, error) {
 	return f.dest, f.destOK, f.routeErr
 }
 
-func (f *fakeEnv) release(id uint64)    { f.notes = append(f.notes, note{evRelease, id}) }
-func (f *fakeEnv) firstToken(id uint64) { f.notes = append(f.notes, note{evFirstToken, id}) }
+func (f *fakeEnv) release(id uint64)        { f.notes = append(f.notes, note{evRelease, id}) }
+func (f *fakeEnv) firstToken(id uint64)     { f.notes = append(f.notes, note{evFirstToken, id}) }
+func (f *fakeEnv) context() context.Context { return context.Background() }
 
 func (f *fakeEnv) routed(_ time.Time, worker string, _ *plan) {
 	f.routedTo = append(f.routedTo, worker)

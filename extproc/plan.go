@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -49,6 +50,7 @@ type planner struct {
 	file       *policy.PriorityFile
 	defaultMax sched.Priority
 	tok        Tokenizer
+	prompts    *promptTokenizer
 	prefix     *prefixCache
 	metrics    *metrics
 	// preemptible[p] is true when some class above p may preempt.
@@ -72,6 +74,7 @@ func newPlanner(cfg *Config, tok Tokenizer, m *metrics) (*planner, error) {
 		tenants: cfg.Tenancy.Tenants,
 		file:    cfg.Tenancy.PriorityFile,
 		tok:     tok,
+		prompts: newPromptTokenizer(tok, m.reg, cfg.Logger),
 		prefix:  &prefixCache{idx: prefix.New(cfg.RouterTTL, cfg.PrefixMaxEntries), events: cfg.KVEvents},
 		metrics: m,
 	}
@@ -198,8 +201,9 @@ type plan struct {
 
 // build parses an admission request's body and makes the scheduler
 // request. body may be nil when the body is unavailable (headers-only
-// processing), which schedules with what the headers say.
-func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInfo, who identity, body []byte, headersOnly bool, rewrite func(*openai.Request)) (*plan, *rejection) {
+// processing), which schedules with what the headers say. Tokenizing
+// stops when ctx, the stream's, ends.
+func (p *planner) build(ctx context.Context, now time.Time, id uint64, kind openai.Kind, h *headerInfo, who identity, body []byte, headersOnly bool, rewrite func(*openai.Request)) (*plan, *rejection) {
 	var r openai.Request
 	if !headersOnly {
 		parsed, err := openai.Parse(kind, body)
@@ -223,7 +227,7 @@ func (p *planner) build(now time.Time, id uint64, kind openai.Kind, h *headerInf
 		pl.estimate, pl.exact = len(r.TokenIDs), true
 		pl.hashes = prefix.HashTokens(seed, r.TokenIDs, bs, nil)
 	case r.Text != "":
-		ids, n, exact, rej := promptTokens(p.tok, &r)
+		ids, n, exact, rej := p.prompts.tokens(ctx, &r)
 		if rej != nil {
 			return nil, rej
 		}
@@ -296,15 +300,6 @@ type prefixCache struct {
 
 // lookup returns the cached tokens of a prompt per worker. Token hashes
 // (exact set) are priced by the KV events for every worker in sync, and
-// seed returns the block-hash seed of a request for model: the model when
-// the engines' KV events named it as a LoRA adapter, else the base seed "".
-func (c *prefixCache) seed(model string) string {
-	if c.events == nil {
-		return ""
-	}
-	return c.events.Index().SeedFor(model)
-}
-
 // by the approximate index elsewhere.
 func (c *prefixCache) lookup(now time.Time, hashes []uint64, blockTokens uint64, exact bool) []sched.CachedTokens {
 	if len(hashes) == 0 {
@@ -317,6 +312,15 @@ func (c *prefixCache) lookup(now time.Time, hashes []uint64, blockTokens uint64,
 		return c.events.Lookup(now, hashes, blockTokens, approx)
 	}
 	return approx
+}
+
+// seed returns the block-hash seed of a request for model: the model when
+// the engines' KV events named it as a LoRA adapter, else the base seed "".
+func (c *prefixCache) seed(model string) string {
+	if c.events == nil {
+		return ""
+	}
+	return c.events.Index().SeedFor(model)
 }
 
 func (c *prefixCache) record(now time.Time, worker string, hashes []uint64, exact bool) {

@@ -45,7 +45,7 @@ func BenchmarkPlan(b *testing.B) {
 		if rej != nil {
 			b.Fatal(rej)
 		}
-		if _, rej := p.build(t0, 1, kind, h, who, body, false, nil); rej != nil {
+		if _, rej := p.build(b.Context(), t0, 1, kind, h, who, body, false, nil); rej != nil {
 			b.Fatal(rej)
 		}
 	}

@@ -36,7 +36,7 @@ func planRequest(t *testing.T, p *planner, body string, kv ...string) (*plan, *r
 	if rej != nil {
 		return nil, rej
 	}
-	return p.build(t0, 1, kind, h, who, []byte(body), false, nil)
+	return p.build(t.Context(), t0, 1, kind, h, who, []byte(body), false, nil)
 }
 
 // The pin headers, read once with the identity, join the body's hints

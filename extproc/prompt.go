@@ -1,24 +1,53 @@
 package extproc
 
 import (
+	"context"
+	"errors"
+
 	"github.com/tollgate/tollgate/extproc/openai"
 	"github.com/tollgate/tollgate/extproc/tokenize"
 )
 
+// counted is what promptTokens counted for a prompt.
+type counted struct {
+	ids []uint32
+	n   int
+	// exact is false when n is an estimate and ids is nil.
+	exact bool
+	// fallback is why the count is the estimate although the model's
+	// tokenizer is exact: the chat template exceeded its render budget,
+	// or the context ended first. Nil when it is not.
+	fallback error
+}
+
 // promptTokens tokenizes a parsed request's text prompt with the model's
-// tokenizer (its chat template for a chat request, when it has one). exact
-// is false when the count is an estimate and ids is nil. A conversation
-// the chat template refuses is the client's error, as on the engine.
-func promptTokens(tok Tokenizer, r *openai.Request) (ids []uint32, n int, exact bool, rej *rejection) {
-	ids, n, err := tokenize.EncodePrompt(tok, tokenize.Prompt{Model: r.Model, Text: r.Text, Messages: r.Messages, Tools: r.Tools}, nil)
-	if err != nil {
-		return nil, 0, false, &rejection{reason: reasonBadRequest, message: err.Error(), param: "messages", errCode: openai.CodeInvalidValue}
+// tokenizer (its chat template for a chat request, when it has one). A
+// conversation the chat template refuses is the client's error, as on the
+// engine. A chat template that exceeds its render budget, or a ctx that
+// ends first, leaves the estimate of the request's text.
+func promptTokens(ctx context.Context, tok Tokenizer, r *openai.Request) (counted, *rejection) {
+	ids, n, err := tokenize.EncodePromptContext(ctx, tok, tokenize.Prompt{Model: r.Model, Text: r.Text, Messages: r.Messages, Tools: r.Tools}, nil)
+	switch {
+	case err == nil:
+	case errors.Is(err, tokenize.ErrRenderBudget) || ctx.Err() != nil:
+		return counted{n: estimateTokens(r), fallback: err}, nil
+	default:
+		return counted{}, &rejection{reason: reasonBadRequest, message: err.Error(), param: "messages", errCode: openai.CodeInvalidValue}
 	}
-	exact = tokenize.ExactFor(tok, r.Model)
-	if !exact {
-		ids = nil
+	if !tokenize.ExactFor(tok, r.Model) {
+		return counted{n: n}, nil
 	}
-	return ids, n, exact, nil
+	return counted{ids: ids, n: n, exact: true}, nil
+}
+
+// fallbackEstimator prices prompts an exact tokenizer could not count. It
+// is never calibrated: the ratio is tokenize.DefaultBytesPerToken.
+var fallbackEstimator = tokenize.NewEstimator()
+
+// estimateTokens is the estimate of r's text, as --tokenizer estimate
+// counts it before any calibration.
+func estimateTokens(r *openai.Request) int {
+	return fallbackEstimator.Estimate(r.Model, len(r.Text))
 }
 
 // PromptCount is what tollgate counts for one request body.
@@ -32,6 +61,10 @@ type PromptCount struct {
 	Exact bool `json:"exact"`
 	// Tokenizer names the tokenizer that served the model.
 	Tokenizer string `json:"tokenizer"`
+	// Estimated says why a model with an exact tokenizer was priced by
+	// the estimate (its chat template exceeded the render budget); empty
+	// when it was not.
+	Estimated string `json:"estimated,omitempty"`
 }
 
 // RejectedRequest is the answer serve sends for a request it rejects.
@@ -44,9 +77,10 @@ func (r *RejectedRequest) Error() string { return string(r.Body) }
 
 // CountPrompt parses one request body of kind and tokenizes it as serve
 // does (tollgate tokenize). A request serve would reject returns a
-// *RejectedRequest with the status and body serve would send.
+// *RejectedRequest with the status and body serve would send; once ctx is
+// done, tokenizing stops and the context's error is returned.
 // maxBodyBytes <= 0 means DefaultMaxBodyBytes.
-func CountPrompt(tok Tokenizer, kind openai.Kind, body []byte, maxBodyBytes int) (*PromptCount, error) {
+func CountPrompt(ctx context.Context, tok Tokenizer, kind openai.Kind, body []byte, maxBodyBytes int) (*PromptCount, error) {
 	if maxBodyBytes <= 0 {
 		maxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -68,11 +102,16 @@ func CountPrompt(tok Tokenizer, kind openai.Kind, body []byte, maxBodyBytes int)
 	case len(r.TokenIDs) > 0:
 		out.Tokens, out.Count, out.Exact = r.TokenIDs, len(r.TokenIDs), true
 	case r.Text != "":
-		ids, n, exact, rej := promptTokens(tok, r)
-		if rej != nil {
+		c, rej := promptTokens(ctx, tok, r)
+		switch {
+		case rej != nil:
 			return nil, reject(rej)
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case c.fallback != nil:
+			out.Estimated = c.fallback.Error()
 		}
-		out.Tokens, out.Count, out.Exact = ids, n, exact
+		out.Tokens, out.Count, out.Exact = c.ids, c.n, c.exact
 	}
 	return out, nil
 }

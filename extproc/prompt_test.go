@@ -47,14 +47,14 @@ func TestPlan_ChatTemplate(t *testing.T) {
 	}
 	h := &headerInfo{}
 	good := []byte(`{"model":"chat","messages":[{"role":"user","content":"hello"}]}`)
-	pl, rej := p.build(t0, 1, openai.KindChatCompletions, h, identity{}, good, false, nil)
+	pl, rej := p.build(t.Context(), t0, 1, openai.KindChatCompletions, h, identity{}, good, false, nil)
 	if rej != nil {
 		t.Fatal(rej)
 	}
 	want, _ := tok.Encode("chat", "<user>hello<assistant>", nil)
 	want = want[1:] // the post-processor's BOS: the template writes its own
 	want = append([]uint32{556}, want...)
-	got, err := CountPrompt(tok, openai.KindChatCompletions, good, 0)
+	got, err := CountPrompt(t.Context(), tok, openai.KindChatCompletions, good, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,11 +63,11 @@ func TestPlan_ChatTemplate(t *testing.T) {
 	}
 
 	bad := []byte(`{"model":"chat","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`)
-	_, rej = p.build(t0, 2, openai.KindChatCompletions, h, identity{}, bad, false, nil)
+	_, rej = p.build(t.Context(), t0, 2, openai.KindChatCompletions, h, identity{}, bad, false, nil)
 	if rej == nil {
 		t.Fatal("a conversation the template refuses was admitted")
 	}
-	_, err = CountPrompt(tok, openai.KindChatCompletions, bad, 0)
+	_, err = CountPrompt(t.Context(), tok, openai.KindChatCompletions, bad, 0)
 	var rr *RejectedRequest
 	if !errors.As(err, &rr) {
 		t.Fatalf("CountPrompt: %v", err)
@@ -77,11 +77,11 @@ func TestPlan_ChatTemplate(t *testing.T) {
 	}
 
 	// Other models keep the estimator and the plain rendering.
-	other, err := CountPrompt(tok, openai.KindChatCompletions, []byte(`{"model":"x","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`), 0)
+	other, err := CountPrompt(t.Context(), tok, openai.KindChatCompletions, []byte(`{"model":"x","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`), 0)
 	if err != nil || other.Exact || other.Tokens != nil || other.Tokenizer != "estimate" {
 		t.Errorf("estimated model: %+v %v", other, err)
 	}
-	if _, err := CountPrompt(tok, openai.KindCompletions, []byte(`{"model":"x","prompt":"`+strings.Repeat("a", 100)+`"}`), 50); !errors.As(err, &rr) || rr.Status != 413 {
+	if _, err := CountPrompt(t.Context(), tok, openai.KindCompletions, []byte(`{"model":"x","prompt":"`+strings.Repeat("a", 100)+`"}`), 50); !errors.As(err, &rr) || rr.Status != 413 {
 		t.Errorf("oversized body: %v", err)
 	}
 }

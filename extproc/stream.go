@@ -88,6 +88,8 @@ func (e *streamEnv) routed(now time.Time, worker string, pl *plan) {
 	e.s.planner.prefix.record(now, worker, pl.hashes, pl.exact)
 }
 
+func (e *streamEnv) context() context.Context { return e.ctx }
+
 // Process serves one ext_proc stream: one HTTP request. The stream
 // goroutine only ever receives: it waits in Recv for Envoy's next message,
 // also while the request waits for the scheduler, so Envoy's own local

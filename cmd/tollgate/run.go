@@ -36,7 +36,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "check-config":
 		err = runCheckConfig(args, stdout, stderr)
 	case "tokenize":
-		err = runTokenize(args, stdin, stdout, stderr)
+		err = runTokenize(ctx, args, stdin, stdout, stderr)
 	case "help":
 		_, _ = io.WriteString(stdout, usageText)
 		return 0

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -28,7 +29,8 @@ func (o *options) buildTokenizer() (tokenize.Tokenizer, error) {
 // runTokenize reads one OpenAI request body on stdin and prints what
 // tollgate counts for it: {"model", "tokens", "count", ...}. A request
 // serve would reject prints serve's error body on stderr and fails.
-func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// It stops, with the context's error, once ctx ends (SIGINT, SIGTERM).
+func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var o options
 	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -48,22 +50,27 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	body, err := io.ReadAll(io.LimitReader(stdin, int64(o.maxBodyBytes)+1))
+	body, err := readBody(ctx, stdin, o.maxBodyBytes)
 	if err != nil {
-		return fmt.Errorf("read the request body: %w", err)
+		return err
 	}
 	kind, err := routeKind(*route, body)
 	if err != nil {
 		return err
 	}
-	count, err := extproc.CountPrompt(tok, kind, body, o.maxBodyBytes)
+	count, err := extproc.CountPrompt(ctx, tok, kind, body, o.maxBodyBytes)
 	var rej *extproc.RejectedRequest
-	if errors.As(err, &rej) {
+	switch {
+	case errors.As(err, &rej):
 		fmt.Fprintf(stderr, "%s\n", rej.Body)
 		return fmt.Errorf("serve would reject this request with status %d", rej.Status)
-	}
-	if err != nil {
+	case ctx.Err() != nil:
+		return fmt.Errorf("interrupted: %w", context.Cause(ctx))
+	case err != nil:
 		return err
+	}
+	if count.Estimated != "" {
+		fmt.Fprintf(stderr, "tollgate tokenize: priced by the estimate, as serve does: %s\n", count.Estimated)
 	}
 	out, err := json.Marshal(count)
 	if err != nil {
@@ -71,6 +78,29 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	}
 	_, err = fmt.Fprintf(stdout, "%s\n", out)
 	return err
+}
+
+// readBody reads at most limit+1 bytes of the request body, giving up when
+// ctx ends (the read itself is left to the process's exit).
+func readBody(ctx context.Context, r io.Reader, limit int) ([]byte, error) {
+	type result struct {
+		body []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		body, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+		done <- result{body, err}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil {
+			return nil, fmt.Errorf("read the request body: %w", res.err)
+		}
+		return res.body, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("interrupted while reading the request body: %w", context.Cause(ctx))
+	}
 }
 
 // routeKind maps --route to a route kind; auto looks for a messages member.

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -80,5 +84,64 @@ func TestCheckConfig_ModelTokenizers(t *testing.T) {
 	code, out, _ = runArgs(t, "check-config", "--model-tokenizer", "a=hf:"+modelDir(t))
 	if code != 0 {
 		t.Errorf("code %d:\n%s", code, out)
+	}
+}
+
+// countdownCtx is a context whose Err turns to Canceled on its n-th call:
+// a signal that arrives at a known point of the work.
+type countdownCtx struct {
+	context.Context
+	n atomic.Int64
+}
+
+func (c *countdownCtx) Err() error {
+	if c.n.Add(-1) <= 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestTokenize_Interrupted: tollgate tokenize stops once its context ends
+// (main cancels it on SIGINT and SIGTERM), while it renders a chat
+// template and while it waits for standard input.
+func TestTokenize_Interrupted(t *testing.T) {
+	dir := modelDir(t)
+	tmpl, err := os.ReadFile("../../extproc/tokenize/testdata/deepseek-v3.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), tmpl, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var body strings.Builder
+	body.WriteString(`{"model":"m","messages":[`)
+	for range 20_000 {
+		body.WriteString(`{"role":"system","content":"be brief and kind to everyone"},`)
+	}
+	body.WriteString(`{"role":"user","content":"hi"}]}`)
+	args := []string{"tokenize", "--model-tokenizer", "m=hf:" + dir}
+
+	old := stdin
+	defer func() { stdin = old }()
+	stdin = strings.NewReader(body.String())
+	ctx := &countdownCtx{Context: t.Context()}
+	ctx.n.Store(100)
+	var out, errb bytes.Buffer
+	if code := run(ctx, args, &out, &errb); code != 1 || out.Len() != 0 || !strings.Contains(errb.String(), "interrupted: context canceled") {
+		t.Errorf("interrupted render: code %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	if n := ctx.n.Load(); n > 0 {
+		t.Errorf("the render read its context %d times, want it stopped at the 100th", 100-n)
+	}
+
+	pr, pw := io.Pipe() // standard input that never ends
+	defer pw.Close()
+	stdin = pr
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	out.Reset()
+	errb.Reset()
+	if code := run(done, args, &out, &errb); code != 1 || out.Len() != 0 || !strings.Contains(errb.String(), "interrupted while reading the request body") {
+		t.Errorf("interrupted read: code %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }

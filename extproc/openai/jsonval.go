@@ -2,6 +2,7 @@ package openai
 
 import (
 	"math"
+	"runtime"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -110,6 +111,24 @@ func scanString(b []byte) int {
 	return -1
 }
 
+// yieldBytes is how much of a body a parse reads between two yields of its
+// thread: a large body is parsed in slices of about a millisecond, so the
+// small requests parsed beside it wait for a slice, not for the whole body.
+const yieldBytes = 64 << 10
+
+// yielder yields the thread every yieldBytes of progress.
+type yielder struct{ next int }
+
+// after notes that off bytes were read, yielding when a slice is done.
+func (y *yielder) after(off int) {
+	if off >= y.next {
+		if y.next > 0 {
+			runtime.Gosched()
+		}
+		y.next = off + yieldBytes
+	}
+}
+
 // forEach calls fn with the index and raw bytes of each element of the JSON
 // array raw. It stops at the first error fn returns.
 func forEach(raw []byte, field string, fn func(i int, elem []byte) *Error) *Error {
@@ -118,6 +137,7 @@ func forEach(raw []byte, field string, fn func(i int, elem []byte) *Error) *Erro
 		return wrongType(field, "an array")
 	}
 	b := raw[1:]
+	var y yielder
 	for i := 0; ; i++ {
 		b = trimSpace(b)
 		if len(b) == 0 {
@@ -126,6 +146,7 @@ func forEach(raw []byte, field string, fn func(i int, elem []byte) *Error) *Erro
 		if b[0] == ']' && i == 0 {
 			return nil
 		}
+		y.after(len(raw) - len(b))
 		n := scanValue(b)
 		if n <= 0 {
 			return wrongType(field, "an array")

@@ -70,8 +70,10 @@ func (n *nesting) inObject() bool {
 // nesting at MaxNestingDepth.
 func validValue(b []byte, i int) (int, *syntaxError) {
 	var open nesting
+	var y yielder
 	for {
 		// A value starts here.
+		y.after(i)
 		i = skipSpace(b, i)
 		if i >= len(b) {
 			return 0, unexpected(b, i, "a value")

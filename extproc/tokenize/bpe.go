@@ -233,7 +233,7 @@ func (b *bpeModel) encodeWord(ws *workspace, p piece, dst []uint32) []uint32 {
 	}
 	start := len(dst)
 	dst = b.encodeUncached(ws, p, dst)
-	if cacheable {
+	if cacheable && ws.err == nil { // a cancelled merge may be partial
 		if ws.cache == nil || len(ws.cache) >= cacheMaxEntries {
 			ws.cache = make(map[string]uint64, 1024)
 			ws.cacheIDs = ws.cacheIDs[:0]
@@ -259,6 +259,9 @@ func (b *bpeModel) encodeUncached(ws *workspace, p piece, dst []uint32) []uint32
 		if ok {
 			return append(dst, uint32(id))
 		}
+	}
+	if need := len(p.s); cap(ws.syms) < need {
+		ws.syms = make([]symbol, 0, need) // one symbol per byte at most
 	}
 	syms := ws.syms[:0]
 	add := func(id int32) {
@@ -326,6 +329,9 @@ func (b *bpeModel) merge(ws *workspace, syms []symbol) {
 		return
 	}
 	// Heap entries pack rank<<32 | position of the pair's left symbol.
+	if cap(ws.heap) < len(syms) {
+		ws.heap = make([]uint64, 0, len(syms))
+	}
 	h := ws.heap[:0]
 	push := func(pos int32) {
 		next := syms[pos].next
@@ -339,7 +345,7 @@ func (b *bpeModel) merge(ws *workspace, syms []symbol) {
 	for i := range syms {
 		push(int32(i))
 	}
-	for len(h) > 0 {
+	for len(h) > 0 && !ws.cancelled(1) {
 		var top uint64
 		top, h = heapPop(h)
 		pos := int32(uint32(top))

@@ -2,11 +2,14 @@ package tokenize
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"runtime"
 	"strings"
 
 	"github.com/ardanlabs/jinja"
@@ -32,16 +35,24 @@ var contentLoop = regexp.MustCompile(`for\s+\w+\s+in\s+\w+(\[\s*['"]content['"]\
 // NewChatTemplate compiles a chat template. special holds the special
 // token variables (bos_token, eos_token, ...) the template may read. The
 // template must render a short conversation: one it cannot render is an
-// error now rather than a wrong count on every request.
+// error now rather than a wrong count on every request. It is compiled
+// metered (meterTemplate), and the metered template must render the probe
+// conversations as the template itself does.
 func NewChatTemplate(source string, special map[string]string) (*ChatTemplate, error) {
-	tmpl, err := jinja.Compile(source)
+	plain, err := jinja.Compile(source)
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
-	c := &ChatTemplate{tmpl: tmpl, parts: contentLoop.MatchString(source), vars: map[string]jinja.Value{}}
+	metered, err := jinja.Compile(meterTemplate(source))
+	if err != nil {
+		return nil, fmt.Errorf("chat template: a tollgate bug: the metered template does not compile (please report it): %w", err)
+	}
+	c := &ChatTemplate{tmpl: metered, parts: contentLoop.MatchString(source), vars: map[string]jinja.Value{}}
 	for k, v := range special {
 		c.vars[k] = jinja.NewString(v)
 	}
+	unmetered := *c
+	unmetered.tmpl = plain
 	// Templates may reject a system message (Gemma 1 and 2) or require one;
 	// either probe passing is enough.
 	var probeErr error
@@ -49,64 +60,157 @@ func NewChatTemplate(source string, special map[string]string) (*ChatTemplate, e
 		`[{"role":"system","content":"s"},{"role":"user","content":"u"},{"role":"assistant","content":"a"},{"role":"user","content":"u"}]`,
 		`[{"role":"user","content":"u"},{"role":"assistant","content":"a"},{"role":"user","content":"u"}]`,
 	} {
-		if _, err := c.Render([]byte(probe), nil); err == nil {
-			return c, nil
-		} else if probeErr == nil {
-			probeErr = err
+		want, err := unmetered.Render([]byte(probe), nil)
+		if err != nil {
+			probeErr = cmp.Or(probeErr, err)
+			continue
 		}
+		got, err := c.Render([]byte(probe), nil)
+		if err != nil {
+			return nil, fmt.Errorf("chat template: a tollgate bug: the metered template fails where the template renders (please report it): %w", err)
+		}
+		if got != want {
+			return nil, fmt.Errorf("chat template: a tollgate bug: metering changed its output to %q from %q (please report it)", got, want)
+		}
+		return c, nil
 	}
 	return nil, fmt.Errorf("chat template cannot render a plain conversation: %w", probeErr)
 }
 
-// Render renders a chat request's messages and tools (the raw JSON of the
-// request members; tools may be nil) with add_generation_prompt true.
-// Messages become template input the way vLLM builds it: each message is
-// rebuilt as {role, content, tool_calls, tool_call_id, name}; content is a
-// string with its text parts joined by "\n", or, for a template that loops
-// over content, a list of {"type": "text", "text"} parts; tool call
-// arguments given as a JSON object string are parsed to an object.
+// Render is RenderContext without a context.
 func (c *ChatTemplate) Render(messages, tools []byte) (string, error) {
-	msgs, err := decodeValue(messages)
+	out, _, err := c.RenderContext(context.Background(), messages, tools)
+	return out, err
+}
+
+// RenderContext renders a chat request's messages and tools (the raw JSON
+// of the request members; tools may be nil) with add_generation_prompt
+// true, and says what the render cost. Messages become template input the
+// way vLLM builds it: each message is rebuilt as {role, content,
+// tool_calls, tool_call_id, name}; content is a string with its text
+// parts joined by "\n", or, for a template that loops over content, a list
+// of {"type": "text", "text"} parts; tool call arguments given as a JSON
+// object string are parsed to an object.
+//
+// The render stops with a *BudgetError once it exceeds the render budget
+// of its input's size, and with the context's error once ctx is done.
+func (c *ChatTemplate) RenderContext(ctx context.Context, messages, tools []byte) (string, RenderCost, error) {
+	m := newMeter(ctx, len(messages)+len(tools))
+	conv, err := c.conversation(messages)
 	if err != nil {
-		return "", fmt.Errorf("messages: %w", err)
-	}
-	if !msgs.IsList() {
-		return "", errors.New("messages: not an array")
-	}
-	conv := make([]jinja.Value, 0, msgs.AsList().Len())
-	for _, m := range msgs.AsList().Items {
-		if !m.IsDict() {
-			return "", errors.New("messages: an element is not an object")
-		}
-		conv = append(conv, c.message(m.AsDict()))
+		return "", m.cost, err
 	}
 	toolsVal := jinja.None()
 	if len(tools) > 0 && string(tools) != "null" {
 		if toolsVal, err = decodeValue(tools); err != nil {
-			return "", fmt.Errorf("tools: %w", err)
+			return "", m.cost, fmt.Errorf("tools: %w", err)
 		}
 	}
-	data := make(map[string]jinja.Value, len(c.vars)+3)
+	if err := m.charge(0, 0); err != nil {
+		return "", m.cost, err
+	}
+	meters := m.callables()
+	data := make(map[string]jinja.Value, len(c.vars)+len(meters)+3)
 	for k, v := range c.vars {
 		data[k] = v
 	}
-	data["messages"] = jinja.NewList(conv)
+	for k, v := range meters {
+		data[k] = v
+	}
+	data["messages"] = conv
 	data["tools"] = toolsVal
 	data["add_generation_prompt"] = jinja.NewBool(true)
 	out, err := c.tmpl.RenderValues(data)
 	if err != nil {
-		return "", fmt.Errorf("chat template: %w", err)
+		return "", m.cost, fmt.Errorf("chat template: %w", err)
 	}
-	return out, nil
+	return out, m.cost, nil
+}
+
+// conversation decodes the messages array into template input, one
+// message at a time, keeping only what the input holds.
+func (c *ChatTemplate) conversation(messages []byte) (jinja.Value, error) {
+	dec := json.NewDecoder(bytes.NewReader(messages))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return jinja.Undefined(), errors.New("messages: not an array")
+	}
+	var conv []jinja.Value
+	for dec.More() {
+		if len(conv)%yieldSteps == yieldSteps-1 {
+			runtime.Gosched() // let the small requests' goroutines run
+		}
+		m, err := decodeMessage(dec)
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		conv = append(conv, c.message(m))
+	}
+	if _, err := dec.Token(); err != nil {
+		return jinja.Undefined(), fmt.Errorf("messages: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return jinja.Undefined(), errors.New("messages: trailing data after the JSON value")
+	}
+	return jinja.NewList(conv), nil
+}
+
+// wireMessage holds the members of a request message that template input
+// keeps; absent members are undefined.
+type wireMessage struct {
+	role, content, toolCalls, toolCallID, name jinja.Value
+}
+
+// decodeMessage reads one element of the messages array, decoding the
+// members a message keeps (the last of repeated keys) and skipping the
+// rest.
+func decodeMessage(dec *json.Decoder) (wireMessage, error) {
+	var m wireMessage
+	if tok, err := dec.Token(); err != nil {
+		return m, fmt.Errorf("messages: %w", err)
+	} else if tok != json.Delim('{') {
+		return m, errors.New("messages: an element is not an object")
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return m, fmt.Errorf("messages: %w", err)
+		}
+		var dst *jinja.Value
+		switch k {
+		case "role":
+			dst = &m.role
+		case "content":
+			dst = &m.content
+		case "tool_calls":
+			dst = &m.toolCalls
+		case "tool_call_id":
+			dst = &m.toolCallID
+		case "name":
+			dst = &m.name
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return m, fmt.Errorf("messages: %w", err)
+			}
+			continue
+		}
+		if *dst, err = decodeNext(dec); err != nil {
+			return m, fmt.Errorf("messages: %w", err)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return m, fmt.Errorf("messages: %w", err)
+	}
+	return m, nil
 }
 
 // message rebuilds one message as template input.
-func (c *ChatTemplate) message(m *jinja.Dict) jinja.Value {
+func (c *ChatTemplate) message(m wireMessage) jinja.Value {
 	out := jinja.NewDict()
 	d := out.AsDict()
-	role, _ := m.Get("role")
+	role, content := m.role, m.content
 	d.Set("role", role)
-	content, _ := m.Get("content")
 	var texts []string
 	switch {
 	case content.IsString():
@@ -132,11 +236,13 @@ func (c *ChatTemplate) message(m *jinja.Dict) jinja.Value {
 			parts[i] = p
 		}
 		d.Set("content", jinja.NewList(parts))
+	} else if content.IsString() {
+		d.Set("content", content)
 	} else {
 		d.Set("content", jinja.NewString(strings.Join(texts, "\n")))
 	}
 	isRole := func(r string) bool { return role.IsString() && role.AsString() == r }
-	if calls, ok := m.Get("tool_calls"); ok && isRole("assistant") && calls.IsList() {
+	if calls := m.toolCalls; isRole("assistant") && calls.IsList() {
 		for _, call := range calls.AsList().Items {
 			if !call.IsDict() {
 				continue
@@ -153,10 +259,10 @@ func (c *ChatTemplate) message(m *jinja.Dict) jinja.Value {
 		}
 		d.Set("tool_calls", calls)
 	}
-	if id, ok := m.Get("tool_call_id"); ok && isRole("tool") && id.IsString() {
+	if id := m.toolCallID; isRole("tool") && id.IsString() {
 		d.Set("tool_call_id", id)
 	}
-	if name, ok := m.Get("name"); ok && name.IsString() {
+	if name := m.name; name.IsString() {
 		d.Set("name", name)
 	}
 	return out

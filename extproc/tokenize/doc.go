@@ -29,6 +29,14 @@
 // and o200k have hand-written matchers that a differential test and a fuzz
 // target hold to the regexp engine; other patterns use the regexp engine.
 //
+// Chat templates are programs the request drives, and some cost more than
+// their input (DeepSeek V3's concatenates every system message onto one
+// string). Each template is compiled metered (meterTemplate): a render
+// counts its loop iterations and the values it sets and prints, and stops
+// with a *BudgetError past a fixed multiple of its input's size
+// (RenderStepsPerByte, RenderBytesPerByte). Rendering and encoding take a
+// context (EncodePromptContext) and stop soon after it is done.
+//
 // Mapping serves each model with its own tokenizer (--model-tokenizer) and
 // the rest with a default (--tokenizer).
 //

@@ -1,6 +1,8 @@
 package tokenize
 
 import (
+	"context"
+	"runtime"
 	"sync"
 	"unicode/utf8"
 )
@@ -27,12 +29,20 @@ type BPE struct {
 // one tokenizer serves one model family. Invalid UTF-8 is encoded as if
 // each bad byte were U+FFFD, as a JSON decoder would have delivered it.
 func (t *BPE) Encode(_, text string, dst []uint32) ([]uint32, int) {
-	return t.encode(text, dst, true)
+	ids, n, _ := t.encode(context.Background(), text, dst, true)
+	return ids, n
+}
+
+// EncodeContext is Encode that gives up, with the context's error, soon
+// after ctx is done.
+func (t *BPE) EncodeContext(ctx context.Context, _, text string, dst []uint32) ([]uint32, int, error) {
+	return t.encode(ctx, text, dst, true)
 }
 
 // encode appends the ids of text, with the post-processor's special tokens
-// when special is set.
-func (t *BPE) encode(text string, dst []uint32, special bool) ([]uint32, int) {
+// when special is set. It reads ctx every cancelCheckWork bytes or merges;
+// once ctx is done it returns dst as it was and the context's error.
+func (t *BPE) encode(ctx context.Context, text string, dst []uint32, special bool) ([]uint32, int, error) {
 	if !utf8.ValidString(text) {
 		text = string([]rune(text))
 	}
@@ -41,15 +51,25 @@ func (t *BPE) encode(text string, dst []uint32, special bool) ([]uint32, int) {
 		dst = append(dst, t.prefix...)
 	}
 	ws := t.workspaces.Get().(*workspace)
+	ws.ctx, ws.err, ws.work = ctx, nil, 0
 	t.added.split(text,
-		func(seg string, first bool) { dst = t.encodeSegment(ws, seg, first, dst) },
+		func(seg string, first bool) {
+			if !ws.cancelled(0) {
+				dst = t.encodeSegment(ws, seg, first, dst)
+			}
+		},
 		func(id uint32) { dst = append(dst, id) })
+	err := ws.err
+	ws.ctx, ws.err = nil, nil
 	ws.trim()
 	t.workspaces.Put(ws)
+	if err != nil {
+		return dst[:start], 0, err
+	}
 	if special {
 		dst = append(dst, t.suffix...)
 	}
-	return dst, len(dst) - start
+	return dst, len(dst) - start, nil
 }
 
 func (t *BPE) encodeSegment(ws *workspace, seg string, first bool, dst []uint32) []uint32 {
@@ -64,6 +84,9 @@ func (t *BPE) encodeSegment(ws *workspace, seg string, first bool, dst []uint32)
 		pieces = t.pre.split(ws, ws.pieces[:0], p)
 	}
 	for _, q := range pieces {
+		if ws.cancelled(len(q.s)) {
+			break
+		}
 		if t.pre == nil || q.bytes || !t.model.metaWords {
 			dst = t.model.encodeWord(ws, q, dst)
 			continue
@@ -83,13 +106,22 @@ func (t *BPE) encodeSegment(ws *workspace, seg string, first bool, dst []uint32)
 	return dst
 }
 
+// cancelCheckWork is how much work (bytes of text, merges) passes between
+// two reads of a call's context.
+const cancelCheckWork = 64 << 10
+
 // workspace is per-call scratch space.
 type workspace struct {
+	// ctx is the call's context, err its error once seen; work counts
+	// toward the next check.
+	ctx  context.Context
+	err  error
+	work int
+
 	syms   []symbol
 	heap   []uint64
 	word   []byte
 	runes  []rune
-	offs   []int
 	pieces []piece
 	words  []piece
 	tmp    []piece
@@ -113,6 +145,23 @@ const (
 // so one huge prompt does not pin its scratch space.
 const maxKeptScratch = 1 << 16
 
+// cancelled adds work and reports whether the call's context is done,
+// reading it once enough work was done since the last check.
+func (ws *workspace) cancelled(work int) bool {
+	if ws.err != nil {
+		return true
+	}
+	if ws.work += work; ws.work < cancelCheckWork {
+		return false
+	}
+	ws.work = 0
+	runtime.Gosched() // let the small requests' goroutines run
+	if ws.ctx != nil {
+		ws.err = ws.ctx.Err()
+	}
+	return ws.err != nil
+}
+
 // trim drops oversized scratch slices before the workspace is pooled.
 func (ws *workspace) trim() {
 	if cap(ws.syms) > maxKeptScratch {
@@ -125,7 +174,7 @@ func (ws *workspace) trim() {
 		ws.word = nil
 	}
 	if cap(ws.runes) > maxKeptScratch {
-		ws.runes, ws.offs = nil, nil
+		ws.runes = nil
 	}
 	if cap(ws.pieces) > maxKeptScratch || cap(ws.tmp) > maxKeptScratch || cap(ws.spans) > maxKeptScratch {
 		ws.pieces, ws.tmp, ws.spans = nil, nil, nil

@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,7 +119,7 @@ func (t *BPE) applyAddSpecial(cfg *hfConfig, special map[string]string) error {
 		if !ok {
 			return nil, fmt.Errorf("tokenizer_config.json asks to add the %s but defines none", key)
 		}
-		ids, _ := t.encode(tok, nil, false)
+		ids, _, _ := t.encode(context.Background(), tok, nil, false)
 		if len(ids) != 1 {
 			return nil, fmt.Errorf("tokenizer_config.json %s %q is not one token", key, tok)
 		}
@@ -194,8 +195,10 @@ func (m *HFModel) HasChatTemplate() bool { return m.chat != nil }
 
 // EncodeChat renders a chat request's messages and tools (raw JSON) with
 // the model's template and appends the ids of the result, without adding
-// special tokens: the template writes them.
-func (m *HFModel) EncodeChat(_ string, messages, tools []byte, dst []uint32) ([]uint32, int, error) {
+// special tokens: the template writes them. It stops with a *BudgetError
+// when the render exceeds its budget and with the context's error soon
+// after ctx is done.
+func (m *HFModel) EncodeChat(ctx context.Context, _ string, messages, tools []byte, dst []uint32) ([]uint32, int, error) {
 	tmpl := m.chat
 	if m.toolChat != nil && len(tools) > 0 && string(tools) != "null" {
 		tmpl = m.toolChat
@@ -203,10 +206,9 @@ func (m *HFModel) EncodeChat(_ string, messages, tools []byte, dst []uint32) ([]
 	if tmpl == nil {
 		return dst, 0, errors.New("the model has no chat template")
 	}
-	text, err := tmpl.Render(messages, tools)
+	text, _, err := tmpl.RenderContext(ctx, messages, tools)
 	if err != nil {
 		return dst, 0, err
 	}
-	ids, n := m.encode(text, dst, false)
-	return ids, n, nil
+	return m.encode(ctx, text, dst, false)
 }

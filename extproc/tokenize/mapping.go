@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -141,12 +142,23 @@ func (m *Mapping) HasChatTemplateFor(model string) bool {
 }
 
 // EncodeChat renders and encodes a chat request with model's tokenizer.
-func (m *Mapping) EncodeChat(model string, messages, tools []byte, dst []uint32) ([]uint32, int, error) {
+func (m *Mapping) EncodeChat(ctx context.Context, model string, messages, tools []byte, dst []uint32) ([]uint32, int, error) {
 	c, ok := m.For(model).(ChatEncoder)
 	if !ok {
 		return dst, 0, fmt.Errorf("model %q has no chat template", model)
 	}
-	return c.EncodeChat(model, messages, tools, dst)
+	return c.EncodeChat(ctx, model, messages, tools, dst)
+}
+
+// EncodeContext tokenizes text with the model's tokenizer, stopping soon
+// after ctx is done when that tokenizer can.
+func (m *Mapping) EncodeContext(ctx context.Context, model, text string, dst []uint32) ([]uint32, int, error) {
+	t := m.For(model)
+	if c, ok := t.(ContextEncoder); ok {
+		return c.EncodeContext(ctx, model, text, dst)
+	}
+	ids, n := t.Encode(model, text, dst)
+	return ids, n, nil
 }
 
 // ExactFor reports whether t returns real ids for model.

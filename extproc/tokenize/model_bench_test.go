@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -106,7 +107,7 @@ func BenchmarkModel(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			for b.Loop() {
-				if buf, _, err = tok.EncodeChat(m.name, messages, nil, buf[:0]); err != nil {
+				if buf, _, err = tok.EncodeChat(b.Context(), m.name, messages, nil, buf[:0]); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -127,5 +128,65 @@ func BenchmarkModel(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// worstBodies are the most expensive 8 MiB conversations found for the
+// shipped templates: short system messages (DeepSeek V3 concatenates
+// them), one-character turns (the most messages), one 8 MiB word (one
+// piece for the BPE merges), and plain English.
+func worstBodies() map[string][]byte {
+	const size = 8 << 20
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	marshal := func(msgs []msg) []byte {
+		out, _ := json.Marshal(msgs)
+		return out
+	}
+	var turns []msg
+	for i := 0; i < size/30; i++ {
+		turns = append(turns, msg{[]string{"user", "assistant"}[i%2], "x"})
+	}
+	return map[string][]byte{
+		"system":   systemFlood(size / 60),
+		"turns":    marshal(turns[:len(turns)-1]),
+		"one_word": marshal([]msg{{"user", strings.Repeat("a", size-64)}}),
+		"english":  marshal([]msg{{"user", englishText(3, size-64)[:size-64]}}),
+	}
+}
+
+// BenchmarkChatWorstCase renders and tokenizes the worst 8 MiB bodies for
+// each shipped template, as serve does: within the render budget, which
+// stops DeepSeek V3's system messages. Run it with -benchtime=1x; peak
+// memory needs a process per body (B/op counts every allocation).
+func BenchmarkChatWorstCase(b *testing.B) {
+	bodies := worstBodies()
+	for _, m := range benchModels {
+		if m.name == "gpt-oss" {
+			continue // no chat template
+		}
+		for _, shape := range []string{"system", "turns", "one_word", "english"} {
+			b.Run(m.name+"/"+shape, func(b *testing.B) {
+				tok, err := LoadHFDir(benchModelDir(b, m.pkg, m.template))
+				if err != nil {
+					b.Fatal(err)
+				}
+				msgs := bodies[shape]
+				b.SetBytes(int64(len(msgs)))
+				b.ReportAllocs()
+				for b.Loop() {
+					_, _, err = tok.EncodeChat(b.Context(), m.name, msgs, nil, nil)
+				}
+				if err != nil {
+					b.Logf("%.100s", err)
+				}
+				b.StopTimer()
+				_, cost, _ := tok.chat.RenderContext(b.Context(), msgs, nil)
+				b.ReportMetric(float64(cost.Steps)/float64(len(msgs)), "steps/B")
+				b.ReportMetric(float64(cost.Bytes)/float64(len(msgs)), "work-bytes/B")
+			})
+		}
 	}
 }

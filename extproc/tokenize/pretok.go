@@ -328,19 +328,23 @@ func (p *pattern) spans(ws *workspace, s string, invert bool) []span {
 // regexpSpans is spans by the regexp engine.
 func (p *pattern) regexpSpans(ws *workspace, s string, invert bool) []span {
 	re := p.re
-	// regexp2 matches over runes; keep each rune's byte offset.
-	runes, offs := ws.runes[:0], ws.offs[:0]
-	for i, r := range s {
-		runes = append(runes, r)
-		offs = append(offs, i)
+	// regexp2 matches over runes. Matches come in order, so a cursor
+	// turns their rune indexes into byte offsets.
+	runes := ws.runes[:0]
+	if n := utf8.RuneCountInString(s); cap(runes) < n {
+		runes = make([]rune, 0, n)
 	}
-	offs = append(offs, len(s))
-	ws.runes, ws.offs = runes, offs
+	for _, r := range s {
+		runes = append(runes, r)
+	}
+	ws.runes = runes
+	var cur runeCursor
 	spans := ws.spans[:0]
 	prev := 0
 	m, err := re.FindRunesMatch(runes)
 	for err == nil && m != nil {
-		start, end := offs[m.Index], offs[m.Index+m.Length]
+		start := cur.offset(s, m.Index)
+		end := cur.offset(s, m.Index+m.Length)
 		if start > prev {
 			spans = append(spans, span{prev, start, invert})
 		}
@@ -348,6 +352,9 @@ func (p *pattern) regexpSpans(ws *workspace, s string, invert bool) []span {
 			spans = append(spans, span{start, end, !invert})
 		}
 		prev = end
+		if ws.cancelled(m.Length + 1) {
+			break // the caller stops at its next check
+		}
 		m, err = re.FindNextMatch(m)
 	}
 	if prev < len(s) {
@@ -355,6 +362,20 @@ func (p *pattern) regexpSpans(ws *workspace, s string, invert bool) []span {
 	}
 	ws.spans = spans
 	return spans
+}
+
+// runeCursor walks a string forward, turning rune indexes into byte
+// offsets.
+type runeCursor struct{ runes, bytes int }
+
+// offset is the byte offset of rune index i in s; i never decreases from
+// one call to the next.
+func (c *runeCursor) offset(s string, i int) int {
+	for ; c.runes < i; c.runes++ {
+		_, size := utf8.DecodeRuneInString(s[c.bytes:])
+		c.bytes += size
+	}
+	return c.bytes
 }
 
 type metaspacePT struct {
