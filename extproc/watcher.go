@@ -97,12 +97,13 @@ func (w *FileWatcher) load(force bool) error {
 		}
 	}
 	w.last, w.pending = data, nil
-	ws, err := ParseWorkers(data)
+	ws, err := ParseWorkers(data, w.path) // every problem names the file
 	if err == nil {
-		err = w.apply(ws)
+		if err = w.apply(ws); err != nil {
+			err = fmt.Errorf("extproc: workers file %s: %w", w.path, err)
+		}
 	}
 	if err != nil {
-		err = fmt.Errorf("extproc: workers file %s: %w", w.path, err)
 		w.log.Error("invalid workers file; keeping the current worker set", "path", w.path, "error", err)
 		return err
 	}

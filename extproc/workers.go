@@ -1,18 +1,13 @@
 package extproc
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
-
-	yamlv3 "go.yaml.in/yaml/v3"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate/tollgate/extproc/enginemetrics"
 	"github.com/tollgate/tollgate/extproc/kvevents"
@@ -54,11 +49,6 @@ type Worker struct {
 	KVEventsReplayEndpoint string `json:"kv_events_replay_endpoint,omitempty"`
 }
 
-// workersFile is the schema of the workers file.
-type workersFile struct {
-	Workers []Worker `json:"workers"`
-}
-
 // MaxWorkersFileBytes bounds the size of a workers file read.
 const MaxWorkersFileBytes = 4 << 20
 
@@ -67,19 +57,14 @@ const MaxWorkersFileBytes = 4 << 20
 //	workers:
 //	- {id: w0, address: "10.0.0.7:8000", max_running_requests: 64, dp_size: 2, model: llama}
 //
-// Unknown and duplicate keys are errors. An explicit empty list
-// (workers: []) means no workers; an empty or null document is an error,
-// since it is what a truncated file or a write in progress looks like.
+// It reports every problem of the file, joined, each as
+// "PATH:LINE:COLUMN: problem" (see ParseWorkers).
 func LoadWorkersFile(path string) ([]Worker, error) {
 	data, err := readWorkersFile(path)
 	if err != nil {
 		return nil, err
 	}
-	ws, err := ParseWorkers(data)
-	if err != nil {
-		return nil, fmt.Errorf("extproc: workers file %s: %w", path, err)
-	}
-	return ws, nil
+	return ParseWorkers(data, path)
 }
 
 // readWorkersFile reads at most MaxWorkersFileBytes of path; a longer file
@@ -100,172 +85,115 @@ func readWorkersFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// ParseWorkers decodes and validates the content of a workers file. The
-// file must be one YAML document with a workers key whose value is a list
-// (workers: [] for none); an empty or null document, a null workers value
-// and a second document are errors.
-func ParseWorkers(data []byte) ([]Worker, error) {
+// ParseWorkers decodes and validates the content of a workers file; name
+// is how problems name the file ("workers file" when empty). It is read as
+// the policy files are (policy.YAMLReader): one YAML document with a
+// workers key whose value is a list (workers: [] for none); an empty or
+// null document, a null workers value, a second document, unknown and
+// duplicate keys are errors. Every problem is reported, joined, each as
+// "NAME:LINE:COLUMN: problem", in the file's order: the worker, the key,
+// and the valid keys or the range.
+func ParseWorkers(data []byte, name string) ([]Worker, error) {
+	if name == "" {
+		name = "workers file"
+	}
 	if len(data) > MaxWorkersFileBytes {
-		return nil, fmt.Errorf("workers file is larger than %d bytes", MaxWorkersFileBytes)
+		return nil, fmt.Errorf("%s: larger than %d bytes", name, MaxWorkersFileBytes)
 	}
-	if err := checkWorkersDocument(data); err != nil {
-		return nil, err
+	ws, problems := readWorkers(data)
+	if len(problems) == 0 {
+		return ws, nil
 	}
-	var f workersFile
-	if err := yaml.UnmarshalStrict(data, &f); err != nil {
-		return nil, fmt.Errorf("invalid yaml: %w", err)
+	errs := make([]error, len(problems))
+	for i, p := range problems {
+		errs[i] = p.in(name)
 	}
-	if err := ValidateWorkers(f.Workers); err != nil {
-		return nil, err
-	}
-	return f.Workers, nil
-}
-
-// errEmptyWorkers is the answer to a document that lists no workers list at
-// all: an empty file is what a truncation or a write in progress looks
-// like, so it never empties the fleet.
-var errEmptyWorkers = errors.New("the workers file is empty or null; write \"workers: []\" for no workers, and replace the file atomically (write a new file, then rename it over the old one)")
-
-// checkWorkersDocument rejects what strict decoding would take as zero
-// workers or silently cut: no document, a null document, a null workers
-// value, and more than one document.
-func checkWorkersDocument(data []byte) error {
-	dec := yamlv3.NewDecoder(bytes.NewReader(data))
-	var doc yamlv3.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return errEmptyWorkers
-		}
-		return fmt.Errorf("invalid yaml: %w", err)
-	}
-	var extra yamlv3.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return fmt.Errorf("invalid yaml: %w", err)
-		}
-		return errors.New("the workers file holds more than one YAML document; put every worker in one workers list")
-	}
-	if len(doc.Content) == 0 || isNull(doc.Content[0]) {
-		return errEmptyWorkers
-	}
-	root := doc.Content[0]
-	if root.Kind != yamlv3.MappingNode {
-		return nil // strict decoding names the type error
-	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		if root.Content[i].Value == "workers" {
-			if isNull(root.Content[i+1]) {
-				return errors.New("workers is null; write \"workers: []\" for no workers")
-			}
-			return checkExplicitZeros(root.Content[i+1])
-		}
-	}
-	return errors.New("the workers file has no workers key; write \"workers: []\" for no workers")
-}
-
-// zeroMeansDefault lists the worker keys whose zero value selects a default
-// in Worker; written out as 0 they would silently mean something else.
-var zeroMeansDefault = map[string]string{
-	"max_running_requests":   "omit it for the default of 64 slots, or give a positive slot count",
-	"max_num_batched_tokens": "omit it for the default of 10000000, or give a positive count",
-	"dp_size":                "omit it for one rank, or give a positive rank count",
-}
-
-// checkExplicitZeros rejects an explicit 0 for a key where 0 is not a
-// usable value, instead of quietly applying the default.
-func checkExplicitZeros(list *yamlv3.Node) error {
-	if list.Kind != yamlv3.SequenceNode {
-		return nil // strict decoding names the type error
-	}
-	var errs []error
-	for i, w := range list.Content {
-		if w.Kind != yamlv3.MappingNode {
-			continue
-		}
-		for j := 0; j+1 < len(w.Content); j += 2 {
-			k, v := w.Content[j].Value, w.Content[j+1]
-			if hint, ok := zeroMeansDefault[k]; ok && v.Kind == yamlv3.ScalarNode && v.Tag == "!!int" && isZeroInt(v.Value) {
-				errs = append(errs, fmt.Errorf("worker %d: %s: 0 is not a valid value; %s", i, k, hint))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func isZeroInt(s string) bool {
-	n, err := strconv.ParseInt(s, 0, 64)
-	return err == nil && n == 0
-}
-
-func isNull(n *yamlv3.Node) bool {
-	return n.Kind == yamlv3.ScalarNode && n.Tag == "!!null"
+	return nil, errors.Join(errs...)
 }
 
 // ValidateWorkers reports every problem of a worker set, joined: missing or
 // duplicate ids, addresses that are not literal IP:port, DP ranges that
-// overflow, empty taints.
+// overflow, empty taints, bad metrics URLs and KV-event endpoints. It is
+// the check of every worker set, with no file positions: a workers file
+// (ParseWorkers) adds them, Kubernetes discovery has none.
 func ValidateWorkers(ws []Worker) error {
 	var errs []error
+	checkWorkers(ws, nil, func(i int, _, msg string) {
+		errs = append(errs, fmt.Errorf("%s: %s", workerName(ws[i].ID, i), msg))
+	})
+	return errors.Join(errs...)
+}
+
+// workerName names a worker in problems: by its id, else by its index.
+func workerName(id string, i int) string {
+	if id != "" {
+		return fmt.Sprintf("worker %q", id)
+	}
+	return fmt.Sprintf("worker %d", i)
+}
+
+// checkWorkers calls bad with every problem of ws: the worker's index, the
+// key the problem is about (the worker file's key, which locates it in a
+// file) and the message. where, if not nil, says where worker j is, for a
+// duplicate id's message.
+func checkWorkers(ws []Worker, where func(j int) string, bad func(i int, key, msg string)) {
 	seen := make(map[string]int, len(ws))
 	for i, w := range ws {
-		name := fmt.Sprintf("worker %d", i)
-		if w.ID != "" {
-			name = fmt.Sprintf("worker %q", w.ID)
-		}
-		bad := func(format string, args ...any) {
-			errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
-		}
 		switch {
 		case w.ID == "":
-			bad("id is required")
+			bad(i, "id", "id is required")
 		case strings.TrimSpace(w.ID) != w.ID:
-			bad("id has surrounding whitespace")
+			bad(i, "id", "id has surrounding whitespace")
 		}
 		if j, dup := seen[w.ID]; dup && w.ID != "" {
-			bad("duplicate id (also worker %d)", j)
+			also := fmt.Sprintf("worker %d", j)
+			if where != nil {
+				also += where(j)
+			}
+			bad(i, "id", fmt.Sprintf("duplicate id (also %s)", also))
 		} else {
 			seen[w.ID] = i
 		}
 		if _, err := parseAddress(w.Address); err != nil {
-			bad("%v", err)
+			bad(i, "address", err.Error())
 		}
 		if w.DPSize > sched.MaxDPSize {
-			bad("dp_size %d exceeds %d", w.DPSize, sched.MaxDPSize)
+			bad(i, "dp_size", fmt.Sprintf("dp_size %d exceeds %d", w.DPSize, sched.MaxDPSize))
 		}
 		if uint64(w.DPStartRank)+uint64(max(w.DPSize, 1)) > 1<<32 {
-			bad("dp_start_rank %d + dp_size %d overflows a 32-bit rank", w.DPStartRank, w.DPSize)
+			bad(i, "dp_start_rank", fmt.Sprintf("dp_start_rank %d + dp_size %d overflows a 32-bit rank", w.DPStartRank, w.DPSize))
 		}
 		if slices.Contains(w.Taints, "") {
-			bad("taints contain an empty value")
+			bad(i, "taints", "taints contain an empty value")
 		}
 		if w.MetricsURL != "" {
 			if _, err := enginemetrics.ResolveURL(w.Address, w.MetricsURL); err != nil {
-				bad("%v", err)
+				bad(i, "metrics_url", err.Error())
 			}
 		}
-		if err := checkKVEndpoints(w); err != nil {
-			bad("%v", err)
+		if key, err := checkKVEndpoints(w); err != nil {
+			bad(i, key, err.Error())
 		}
 	}
-	return errors.Join(errs...)
 }
 
-// checkKVEndpoints validates a worker's KV-event endpoints.
-func checkKVEndpoints(w Worker) error {
+// checkKVEndpoints validates a worker's KV-event endpoints; key is the
+// one a problem is about.
+func checkKVEndpoints(w Worker) (key string, err error) {
 	if w.KVEventsEndpoint != "" {
 		if err := kvevents.CheckEndpoint(w.KVEventsEndpoint); err != nil {
-			return fmt.Errorf("kv_events_endpoint: %w", err)
+			return "kv_events_endpoint", fmt.Errorf("kv_events_endpoint: %w", err)
 		}
 	}
 	if w.KVEventsReplayEndpoint != "" {
 		if w.KVEventsEndpoint == "" {
-			return errors.New("kv_events_replay_endpoint without kv_events_endpoint")
+			return "kv_events_replay_endpoint", errors.New("kv_events_replay_endpoint without kv_events_endpoint")
 		}
 		if err := kvevents.CheckEndpoint(w.KVEventsReplayEndpoint); err != nil {
-			return fmt.Errorf("kv_events_replay_endpoint: %w", err)
+			return "kv_events_replay_endpoint", fmt.Errorf("kv_events_replay_endpoint: %w", err)
 		}
 	}
-	return nil
+	return "", nil
 }
 
 // parseAddress accepts a literal IP:port with a non-zero port.

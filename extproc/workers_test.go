@@ -34,7 +34,7 @@ workers:
 - id: w1
   address: "[fd00::1]:8000"
   metrics_url: ":9400/engine"
-`))
+`), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestParseWorkers_Rejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseWorkers([]byte(tt.yaml))
+			_, err := ParseWorkers([]byte(tt.yaml), "")
 			if err == nil {
 				t.Fatal("accepted")
 			}

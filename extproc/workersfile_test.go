@@ -27,13 +27,13 @@ func TestParseWorkers_EmptyAndMultiDocument(t *testing.T) {
 		{"no workers key", "{}\n", "no workers key"},
 		{"two documents", "workers: []\n---\nworkers:\n- {id: w0, address: 10.0.0.1:80}\n", "more than one YAML document"},
 		{"empty second document", "workers:\n- {id: w0, address: 10.0.0.1:80}\n---\n", "more than one YAML document"},
-		{"explicit zero slots", "workers:\n- {id: w0, address: 10.0.0.1:80, max_running_requests: 0}\n", "worker 0: max_running_requests: 0 is not a valid value"},
-		{"explicit zero dp_size", "workers:\n- {id: w0, address: 10.0.0.1:80, dp_size: 0x0}\n", "worker 0: dp_size: 0 is not a valid value"},
+		{"explicit zero slots", "workers:\n- {id: w0, address: 10.0.0.1:80, max_running_requests: 0}\n", `worker "w0": max_running_requests: 0 is not a valid value`},
+		{"explicit zero dp_size", "workers:\n- {id: w0, address: 10.0.0.1:80, dp_size: 0x0}\n", `worker "w0": dp_size: 0 is not a valid value`},
 		{"over the size cap", "workers: []\n#" + strings.Repeat("x", MaxWorkersFileBytes), "larger than"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ws, err := ParseWorkers([]byte(tt.yaml))
+			ws, err := ParseWorkers([]byte(tt.yaml), "")
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("rejected: %v", err)
@@ -160,7 +160,7 @@ func FuzzWorkersFileRewrite(f *testing.F) {
 		if err := os.WriteFile(fl.path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		want, parseErr := ParseWorkers(data)
+		want, parseErr := ParseWorkers(data, "")
 		var reloadErr error
 		if viaPoll {
 			fl.w.mu.Lock()

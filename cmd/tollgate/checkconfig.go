@@ -40,6 +40,7 @@ func checkConfig(o *options) (problems, warnings []string) {
 	if err == nil {
 		warnings = st.warnings
 		_, err = extproc.New(st.cfg, st.workers)
+		err = o.explainReservations(err)
 	}
 	return splitJoined(err), warnings
 }

@@ -118,6 +118,17 @@ func TestCheckConfig_ReservationsExceedCapacity(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "sum of class reservations (142) exceeds capacity (100)") {
 		t.Fatalf("code %d, output %q", code, out)
 	}
+	// The upstream text is followed by the classes, the files and the fix.
+	for _, want := range []string{
+		"system 32 (reserved_floor) + interactive 100 (reserved_floor 128, at most the capacity) + default 10 (reserved_per_slot 0.1 × 100)",
+		"from the built-in class defaults (no --priority-scheduler-config)",
+		"against 100 slots from " + workers + " (w1: 100)",
+		"the classes need at least 178 slots: raise the workers' max_running_requests",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
 }
 
 // TestCheckConfig_KVEndpointNeedsKVEvents: a worker's kv_events_endpoint

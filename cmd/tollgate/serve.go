@@ -63,7 +63,7 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 	}
 	srv, err := extproc.New(st.cfg, st.workers)
 	if err != nil {
-		return err
+		return o.explainReservations(err)
 	}
 	gopts, err := extproc.ServerOptions(st.cfg)
 	if err != nil {

@@ -18,6 +18,11 @@
 // upstream's order. Marshal functions write a parsed configuration back as
 // YAML that parses to an equal value.
 //
+// The same strict reader is exported as YAMLReader (ReadYAML) for
+// tollgate's own files, the workers file first: there it reports every
+// problem of a document with its line and column (*DecodeError), not only
+// the first.
+//
 // It also reads the per-request inputs: the x-smg-priority header
 // (ParsePriorityHeader), the tenant key (Tenants.Resolve) and the tenant
 // clamp (Clamp), the Dynamo priority headers and body hints

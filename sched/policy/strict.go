@@ -28,24 +28,28 @@ const (
 	tagTimestamp = "!!timestamp"
 )
 
-// decodeError is a schema error found while walking a YAML document: where
+// DecodeError is a schema error found while walking a YAML document: where
 // it is (a dotted path from the document root, and the line and column) and
-// what is wrong with it.
-type decodeError struct {
-	path      string
-	line, col int
-	msg       string
+// what is wrong with it. Path is empty for the problems YAMLReader reports;
+// Column is 0 when only the line is known (a syntax error).
+type DecodeError struct {
+	Path         string
+	Line, Column int
+	Msg          string
 }
 
-func (e *decodeError) Error() string {
+func (e *DecodeError) Error() string {
 	var b strings.Builder
-	if e.path != "" {
-		b.WriteString(e.path)
+	if e.Path != "" {
+		b.WriteString(e.Path)
 		b.WriteString(": ")
 	}
-	b.WriteString(e.msg)
-	if e.line > 0 {
-		fmt.Fprintf(&b, " at line %d column %d", e.line, e.col)
+	b.WriteString(e.Msg)
+	switch {
+	case e.Line > 0 && e.Column > 0:
+		fmt.Fprintf(&b, " at line %d column %d", e.Line, e.Column)
+	case e.Line > 0:
+		fmt.Fprintf(&b, " at line %d", e.Line)
 	}
 	return b.String()
 }
@@ -79,7 +83,7 @@ func parseDocument(data []byte) (*yaml.Node, error) {
 	case err != nil:
 		return nil, yamlError(err)
 	default:
-		return nil, &decodeError{line: extra.Line, col: extra.Column, msg: "more than one YAML document is not supported"}
+		return nil, &DecodeError{Line: extra.Line, Column: extra.Column, Msg: "more than one YAML document is not supported"}
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
 		return nil, nil
@@ -97,9 +101,9 @@ func yamlError(err error) error {
 }
 
 func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) error {
-	e := &decodeError{path: path, msg: fmt.Sprintf(format, args...)}
+	e := &DecodeError{Path: path, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
-		e.line, e.col = n.Line, n.Column
+		e.Line, e.Column = n.Line, n.Column
 	}
 	return e
 }
@@ -161,39 +165,56 @@ type entry struct {
 }
 
 // mapping returns the pairs of the mapping n (null counts as empty),
-// rejecting non-string and duplicate keys.
+// rejecting non-string and duplicate keys: the first problem mappingAll
+// finds.
 func (d *decoder) mapping(n *yaml.Node, path string) ([]entry, error) {
+	entries, problems := d.mappingAll(n, path)
+	if len(problems) > 0 {
+		return nil, problems[0]
+	}
+	return entries, nil
+}
+
+// mappingAll returns the pairs of the mapping n (null counts as empty) and
+// every problem, in document order: n not a mapping, merge keys,
+// non-string keys and duplicate keys, which are left out of the pairs. An
+// alias that cannot be followed ends the walk.
+func (d *decoder) mappingAll(n *yaml.Node, path string) ([]entry, []error) {
 	n, err := d.deref(n, path)
 	if err != nil {
-		return nil, err
+		return nil, []error{err}
 	}
 	if isNull(n) {
 		return nil, nil
 	}
 	if n.Kind != yaml.MappingNode {
-		return nil, d.errorf(n, path, "invalid type: %s, expected a map", describe(n))
+		return nil, []error{d.errorf(n, path, "invalid type: %s, expected a map", describe(n))}
 	}
+	var problems []error
 	entries := make([]entry, 0, len(n.Content)/2)
 	seen := make(map[string]bool, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, err := d.deref(n.Content[i], path)
 		if err != nil {
-			return nil, err
+			return entries, append(problems, err)
 		}
 		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
-			return nil, d.errorf(k, path, "merge keys (<<) are not supported")
+			problems = append(problems, d.errorf(k, path, "merge keys (<<) are not supported"))
+			continue
 		}
 		key, err := d.str(k, path)
 		if err != nil {
-			return nil, d.errorf(k, path, "invalid key: %s, expected a string", describe(k))
+			problems = append(problems, d.errorf(k, path, "invalid key: %s, expected a string", describe(k)))
+			continue
 		}
 		if seen[key] {
-			return nil, d.errorf(k, path, "duplicate key %q", key)
+			problems = append(problems, d.errorf(k, path, "duplicate key %q", key))
+			continue
 		}
 		seen[key] = true
 		entries = append(entries, entry{key: key, keyNode: k, valueRaw: n.Content[i+1]})
 	}
-	return entries, nil
+	return entries, problems
 }
 
 // object is a struct-like mapping: its fields by name and the node itself,
@@ -204,20 +225,33 @@ type object struct {
 	fields map[string]*yaml.Node
 }
 
-// object decodes n as a mapping whose keys must all be in known.
+// object decodes n as a mapping whose keys must all be in known: the first
+// problem objectAll finds.
 func (d *decoder) object(n *yaml.Node, path string, known []string) (object, error) {
-	entries, err := d.mapping(n, path)
-	if err != nil {
-		return object{}, err
-	}
-	o := object{node: n, path: path, fields: make(map[string]*yaml.Node, len(entries))}
-	for _, e := range entries {
-		if !slices.Contains(known, e.key) {
-			return object{}, d.errorf(e.keyNode, path, "unknown field %q, expected one of %s", e.key, strings.Join(known, ", "))
-		}
-		o.fields[e.key] = e.valueRaw
+	o, _, problems := d.objectAll(n, path, known)
+	if len(problems) > 0 {
+		return object{}, problems[0]
 	}
 	return o, nil
+}
+
+// objectAll decodes n as a mapping whose keys must all be in known. It
+// returns the known fields, in document order too, and every problem: the
+// mapping's own (mappingAll), then each unknown key, named with the known
+// ones.
+func (d *decoder) objectAll(n *yaml.Node, path string, known []string) (object, []entry, []error) {
+	entries, problems := d.mappingAll(n, path)
+	o := object{node: n, path: path, fields: make(map[string]*yaml.Node, len(entries))}
+	kept := entries[:0]
+	for _, e := range entries {
+		if !slices.Contains(known, e.key) {
+			problems = append(problems, d.errorf(e.keyNode, path, "unknown field %q, expected one of %s", e.key, strings.Join(known, ", ")))
+			continue
+		}
+		o.fields[e.key] = e.valueRaw
+		kept = append(kept, e)
+	}
+	return o, kept, problems
 }
 
 // optional returns the field's node, or nil when it is absent or null.
