@@ -237,6 +237,20 @@ type Config struct {
 	// reports them to the scheduler (Sched.Engine says how they are used).
 	// Nil turns scraping off (--engine-metrics-interval 0).
 	EngineMetrics *enginemetrics.Config
+
+	// Build identifies the binary the server runs in, for the
+	// tollgate_build_info gauge.
+	Build BuildInfo
+}
+
+// BuildInfo identifies a build of tollgate. /metrics exports it as
+// tollgate_build_info{version,revision,goversion} 1; an empty field reads
+// "unknown", and goversion is the Go release the binary was built with.
+type BuildInfo struct {
+	// Version is the release version, e.g. 0.1.0.
+	Version string
+	// Revision is the source commit.
+	Revision string
 }
 
 // withDefaults returns c with every zero field set to its default.

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -375,4 +376,24 @@ func (c *statsCollector) collectFlows(ch chan<- prometheus.Metric, q *sched.Queu
 		ch <- prometheus.MustNewConstMetric(c.flowDepth, prometheus.GaugeValue, float64(depth[l]), model, q.PolicyClass, l)
 	}
 	ch <- prometheus.MustNewConstMetric(c.jain, prometheus.GaugeValue, q.Fairness, model, q.PolicyClass)
+}
+
+// newBuildInfoGauge returns tollgate_build_info, a constant 1 whose labels
+// identify the build: version, revision and the Go release.
+func newBuildInfoGauge(b BuildInfo) prometheus.GaugeFunc {
+	orUnknown := func(s string) string {
+		if s == "" {
+			return "unknown"
+		}
+		return s
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tollgate_build_info",
+		Help: "A constant 1 labelled with the version, source revision and Go release tollgate was built from.",
+		ConstLabels: prometheus.Labels{
+			"version":   orUnknown(b.Version),
+			"revision":  orUnknown(b.Revision),
+			"goversion": runtime.Version(),
+		},
+	}, func() float64 { return 1 })
 }

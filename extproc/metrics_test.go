@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -153,6 +154,32 @@ func TestMetrics_ModelLabelOnlyForNamedModels(t *testing.T) {
 	for in, want := range map[string]string{"": "unknown", "configured": "configured", "listed": "listed", "client-chosen": "other"} {
 		if got := m.modelLabel(in); got != want {
 			t.Errorf("modelLabel(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestMetrics_BuildInfo checks tollgate_build_info on a server's registry:
+// Config.Build's version and revision and the Go release, and "unknown"
+// for what the build did not record.
+func TestMetrics_BuildInfo(t *testing.T) {
+	for _, tc := range []struct {
+		build             BuildInfo
+		version, revision string
+	}{
+		{BuildInfo{Version: "1.2.3", Revision: "0123abc"}, "1.2.3", "0123abc"},
+		{BuildInfo{}, "unknown", "unknown"},
+	} {
+		s, err := New(Config{Build: tc.build}, oneWorker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `
+# HELP tollgate_build_info A constant 1 labelled with the version, source revision and Go release tollgate was built from.
+# TYPE tollgate_build_info gauge
+tollgate_build_info{goversion="` + runtime.Version() + `",revision="` + tc.revision + `",version="` + tc.version + `"} 1
+`
+		if err := testutil.GatherAndCompare(s.metrics.reg, strings.NewReader(want), "tollgate_build_info"); err != nil {
+			t.Errorf("%+v: %v", tc.build, err)
 		}
 	}
 }

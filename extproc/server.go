@@ -119,6 +119,7 @@ func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
 	s.metrics.reg.MustRegister(newStateCollector(s))
 	s.metrics.reg.MustRegister(newObjectiveCollector(s))
 	s.metrics.reg.MustRegister(newRewriteCollector(s))
+	s.metrics.reg.MustRegister(newBuildInfoGauge(cfg.Build))
 	tok := cfg.Tokenizer
 	if tok == nil {
 		var err error

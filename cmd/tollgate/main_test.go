@@ -177,6 +177,7 @@ func TestServe_ReadyThenDrains(t *testing.T) {
 	for _, c := range []struct{ path, want string }{
 		{"/readyz", "ready"}, {"/healthz", "ok"},
 		{"/metrics", "smg_scheduler_utilization"}, {"/metrics", "go_goroutines"}, {"/metrics", "process_resident_memory_bytes"},
+		{"/metrics", "tollgate_build_info{"},
 	} {
 		body := httpGet(t, "http://"+metrics+c.path)
 		if !strings.Contains(body, c.want) {

@@ -17,6 +17,7 @@ Usage:
   tollgate [serve] [flags]      serve ext_proc (the default)
   tollgate check-config [flags] validate every file and flag, print all problems
   tollgate tokenize [flags]     print the prompt tokens of one request body (stdin)
+  tollgate version              print the version, commit and Go version (also --version)
   tollgate help                 print this text
 
 Run "tollgate serve --help" for the serving flags.
@@ -25,6 +26,9 @@ Run "tollgate serve --help" for the serving flags.
 // run is main without the process: it parses args, runs one subcommand and
 // returns the exit code. Tests call it directly.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && isVersionFlag(args[0]) {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	cmd := "serve"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
@@ -37,6 +41,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runCheckConfig(args, stdout, stderr)
 	case "tokenize":
 		err = runTokenize(ctx, args, stdin, stdout, stderr)
+	case "version":
+		err = runVersion(args, stdout, stderr)
 	case "help":
 		_, _ = io.WriteString(stdout, usageText)
 		return 0

@@ -58,9 +58,10 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 		return err
 	}
 	if kv != nil {
-		defer kv.Close()
+		defer kv.Close() // ends its connections at once, whatever the engines do
 		st.cfg.KVEvents = kv
 	}
+	st.cfg.Build = currentBuild().forServer()
 	srv, err := extproc.New(st.cfg, st.workers)
 	if err != nil {
 		return o.explainReservations(err)
