@@ -36,8 +36,11 @@
 //     tollgate: the 4:1 split is the scheduler's whatever the ingress.
 //
 // Each scenario prints a live progress line, a result table, and an SVG
-// chart of cumulative completions per class over time (WriteSVG). Serve
-// keeps the whole stack up behind an HTTP address for curl or an OpenAI SDK.
+// chart (WriteSVG) whose subtitle says what the scenario does and whose
+// panels show its result: cumulative completions per class over time, and
+// what the scenario measures (an engine queue, the cached-token estimate
+// error, time to first token), with units in the legends. Serve keeps the
+// whole stack up behind an HTTP address for curl or an OpenAI SDK.
 //
 // The configuration files are read from disk with the same loaders the
 // serving command uses, exactly as a user would pass them with

@@ -236,33 +236,47 @@ func printEngine(w io.Writer, arms []*engineArm) {
 	_ = tw.Flush()
 }
 
-// engineChart plots worker-0's engine queue over time in both arms.
+// engineChart plots worker-0's engine queue over time and the time to
+// first token of tollgate's requests in both arms.
 func engineChart(arms []*engineArm) Chart {
 	p := Panel{
-		Title:  "worker-0 engine waiting queue (outside clients plus what tollgate sent)",
+		Title:  "worker-0's engine waiting queue: outside clients plus what tollgate sent there",
 		XLabel: "seconds since the tollgate clients started",
-		YLabel: "requests waiting in worker-0's engine",
+		YLabel: "waiting requests",
 	}
 	for i, a := range arms {
 		p.Series = append(p.Series, Series{
-			Name:   fmt.Sprintf("%s: TTFT p50 %s, p99 %s", a.Name, a.P50.Round(time.Millisecond), a.P99.Round(time.Millisecond)),
+			Name:   a.Name,
+			Legend: fmt.Sprintf("%s: %d of %d requests sent to worker-0, peak %d waiting", a.Name, a.ToSlow, a.Total, a.PeakQueue),
 			Color:  palette[i%len(palette)],
 			Points: a.Queue,
 		})
 	}
 	cdf := Panel{
 		Title:  "time to first token of tollgate's requests",
-		XLabel: "time to first token (ms)",
-		YLabel: "requests with at most that TTFT",
+		XLabel: "x = time to first token (ms)",
+		YLabel: "requests with TTFT ≤ x",
 	}
 	for i, a := range arms {
 		ds := slices.Clone(a.TTFT)
 		slices.Sort(ds)
-		s := Series{Name: a.Name, Color: palette[i%len(palette)], Points: []Point{{0, 0}}}
+		s := Series{Name: a.Name, Color: palette[i%len(palette)], Points: []Point{{0, 0}},
+			Legend: fmt.Sprintf("%s: p50 %s, p99 %s", a.Name, msString(a.P50), msString(a.P99))}
 		for j, d := range ds {
 			s.Points = append(s.Points, Point{X: float64(d) / float64(time.Millisecond), Y: float64(j + 1)})
 		}
 		cdf.Series = append(cdf.Series, s)
 	}
-	return Chart{Title: "Engine metrics: a worker busy with traffic tollgate did not route", Panels: []Panel{p, cdf}}
+	return Chart{
+		Title: "Engine metrics: a worker busy with traffic tollgate did not route",
+		Subtitle: fmt.Sprintf("%d workers of %d sequences; %d outside clients keep worker-0's engine at %d running and up to 8 waiting, "+
+			"which tollgate's bookings cannot see. With engine metrics (scrapes every 500 ms, saturated above 5 waiting) "+
+			"tollgate sees the queue and routes around it.", engineWorkers, engineSeqs, engineOutside, engineSeqs),
+		Panels: []Panel{p, cdf},
+	}
+}
+
+// msString formats d in whole milliseconds, "433 ms".
+func msString(d time.Duration) string {
+	return fmt.Sprintf("%d ms", d.Round(time.Millisecond).Milliseconds())
 }

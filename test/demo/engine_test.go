@@ -40,6 +40,13 @@ func TestEngine_SlowWorkerIsAvoidedWithMetrics(t *testing.T) {
 	if 3*on.ToSlow >= 2*off.ToSlow {
 		t.Errorf("with engine metrics %d requests went to worker-0, without %d; want at least a third fewer", on.ToSlow, off.ToSlow)
 	}
+	var svg bytes.Buffer
+	if err := WriteSVG(&svg, engineChart(arms)); err != nil {
+		t.Fatal(err)
+	}
+	if panels := parseSVG(t, svg.Bytes()); len(panels) != 2 || len(panels[0].series) != 2 || len(panels[1].series) != 2 {
+		t.Fatalf("engine chart: %+v; want the queue and the TTFT of both arms", panels)
+	}
 }
 
 // TestEngine_FailoverWarmStartStaysWithinCapacity: two workers already

@@ -276,13 +276,24 @@ func printFairness(w io.Writer, arms []*fairArm) {
 // fairChart draws one panel per arm.
 func fairChart(arms []*fairArm) Chart {
 	c := Chart{Title: "Noisy neighbour in one policy class: cumulative completions"}
+	if len(arms) > 0 {
+		c.Subtitle = fmt.Sprintf("One worker, one policy class whose busy gate queues everything past three prefills. "+
+			"Tenant auth:noisy sends %d requests at once, auth:quiet %d spread over the same period. --fairness none is "+
+			"Dynamo's FCFS lane; --fairness tenant runs DRR over uncached tokens between the tenants' flows.", arms[0].Sent[0], arms[0].Sent[1])
+	}
 	for _, a := range arms {
 		p := Panel{
-			Title: fmt.Sprintf("--fairness %s: quiet wait p50 %s, p99 %s; quiet share while both backlogged %.0f%%",
-				a.Mode, a.WaitP50[1].Round(time.Millisecond), a.WaitP99[1].Round(time.Millisecond), 100*a.Share[1]),
+			Title: fmt.Sprintf("--fairness %s: the quiet tenant waits p50 %s, p99 %s",
+				a.Mode, a.WaitP50[1].Round(time.Millisecond), a.WaitP99[1].Round(time.Millisecond)),
 			XLabel: "seconds since the start gate",
 			YLabel: "completed requests",
-			Series: a.Series,
+			Series: slices.Clone(a.Series),
+		}
+		for t, how := range []string{"at once", "spread out"} {
+			if t < len(p.Series) {
+				p.Series[t].Legend = fmt.Sprintf("%s tenant: %d requests %s, %.0f%% of the service while both wait",
+					fairTenants[t], a.Sent[t], how, 100*a.Share[t])
+			}
 		}
 		if a.QuietDone > 0 {
 			p.Markers = []Marker{{X: a.QuietDone.Seconds(), Label: "quiet tenant done"}}

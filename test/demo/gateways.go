@@ -27,9 +27,22 @@ func printGateways(w io.Writer, a *premiumArm) {
 	fmt.Fprintf(w, "\n  Both gateways talk to the one tollgate, which queues and arbitrates for both: the 4:1 split holds.\n")
 }
 
-// gatewaysChart draws the two-gateway arm.
+// gatewaysChart draws the two-gateway arm: completions per class, then
+// per gateway and class.
 func gatewaysChart(a *premiumArm) Chart {
-	c := premiumChart([]*premiumArm{a})
-	c.Title = "Premium vs regular through two gateways (3:1 ingress), one tollgate: cumulative completions"
+	c := Chart{
+		Title: "One scheduler for two gateways: premium vs regular at 3:1 ingress",
+		Subtitle: fmt.Sprintf("%s (quanta %d:%d): %d premium and %d regular requests through two simulated Envoys, "+
+			"gateway A getting %d and gateway B %d (every fourth request of each class). "+
+			"Both are clients of the one tollgate, which queues and arbitrates for both.",
+			a.File, a.Quanta[0], a.Quanta[1], a.PerClass, a.PerClass, a.Ingress[0], a.Ingress[1]),
+		Panels: []Panel{premiumPanel(a, fmt.Sprintf("both gateways: first %d completions %d:%d (ideal %s)",
+			a.PerClass, a.First[0], a.First[1], idealSplit(a)), a.Series)},
+	}
+	if len(a.GatewaySeries) > 0 {
+		g := a.GatewayFirst
+		c.Panels = append(c.Panels, premiumPanel(a, fmt.Sprintf("each gateway: of the first %d completions, A's %d:%d and B's %d:%d",
+			a.PerClass, g[0][0], g[0][1], g[1][0], g[1][1]), a.GatewaySeries))
+	}
 	return c
 }

@@ -37,4 +37,17 @@ func TestGateways(t *testing.T) {
 		t.Errorf("first %d completions are %d premium, %d regular; want premium >= %d and regular >= %d",
 			perClass, p, r, scale(240), scale(48))
 	}
+	if g := a.GatewayFirst; g[0][0]+g[0][1]+g[1][0]+g[1][1] != perClass || g[0][0]+g[1][0] != a.First[0] {
+		t.Errorf("first completions per gateway %v do not add up to the split %v of %d", g, a.First, perClass)
+	}
+	// The chart: both gateways together, then one line per gateway and
+	// class.
+	var svg bytes.Buffer
+	if err := WriteSVG(&svg, gatewaysChart(a)); err != nil {
+		t.Fatal(err)
+	}
+	panels := parseSVG(t, svg.Bytes())
+	if len(panels) != 2 || len(panels[0].series) != 2 || len(panels[1].series) != 4 {
+		t.Fatalf("gateways chart: %+v; want the classes, then each gateway's classes", panels)
+	}
 }

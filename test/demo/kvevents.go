@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -53,6 +54,10 @@ type kvArm struct {
 	// what the worker reported; MeanErr is the mean signed error, as a
 	// share of the prompt.
 	Within1, Within5, MeanErr float64
+	// ErrOver is the estimate error's distribution for the chart: at each
+	// bound of tollgate's error histogram, X in percent of the prompt, Y
+	// the percentage of requests whose estimate was off by more.
+	ErrOver []Point
 	// HitRate is the cached share of all prompt tokens, as the workers
 	// reported it.
 	HitRate float64
@@ -209,6 +214,11 @@ func runKVArm(ctx context.Context, c kvConfig, events bool) (kvArm, error) {
 		}
 		arm.Within1, arm.Within5 = within(0.01)/count, within(0.05)/count
 		arm.MeanErr = (sum - errSum0) / count
+		for _, b := range slices.Sorted(maps.Keys(le)) {
+			if _, ok := le[-b]; ok && b > 0 {
+				arm.ErrOver = append(arm.ErrOver, Point{X: 100 * b, Y: 100 * (1 - within(b)/count)})
+			}
+		}
 	}
 	ev, _ := sc.histogram("tollgate_prefix_cached_tokens", map[string]string{"source": "events"})
 	ap, _ := sc.histogram("tollgate_prefix_cached_tokens", map[string]string{"source": "approximate"})
@@ -286,28 +296,51 @@ func kvUsage(body []byte) (prompt, cached int) {
 	return v.Usage.Prompt, v.Usage.Details.Cached
 }
 
-// kvChart draws, per arm, the cumulative cached tokens the workers reported
-// and the time to first token by percentile.
+// kvChart draws, per arm, how far the cached-token estimate was from the
+// usage the workers reported, the cached tokens they reported, and the
+// time to first token by percentile.
 func kvChart(arms []kvArm) Chart {
+	errs := Panel{Title: "cached-token estimate error: the requests off by more than x% of the prompt",
+		XLabel: "x = |estimated - reported cached tokens|, % of the prompt", YLabel: "requests off by > x (%)"}
 	cached := Panel{Title: "prefix cache hits the workers reported (usage cached_tokens)",
-		XLabel: "completed requests", YLabel: "cumulative cached tokens"}
-	ttft := Panel{Title: "time to first token", XLabel: "percentile of requests", YLabel: "milliseconds"}
+		XLabel: "completed requests", YLabel: "cached tokens, cumulative"}
+	ttft := Panel{Title: "time to first token (max_tokens 1)", XLabel: "percentile of requests", YLabel: "time to first token (ms)"}
+	// The error axis ends at the first bound no arm's error exceeds.
+	end := 0
+	for _, a := range arms {
+		for k, p := range a.ErrOver {
+			if p.Y > 0 {
+				end = max(end, k+1)
+			}
+		}
+	}
 	for i, a := range arms {
 		color := palette[i%len(palette)]
-		s := Series{Name: a.Name, Color: color}
+		e := Series{Name: a.Name, Color: color, Dots: true,
+			Legend: fmt.Sprintf("%s: %.0f%% within 1%% of the prompt, mean error %+.1f%%", a.Name, 100*a.Within1, 100*a.MeanErr)}
+		e.Points = a.ErrOver[:min(end+1, len(a.ErrOver))]
+		errs.Series = append(errs.Series, e)
+		s := Series{Name: a.Name, Color: color, Legend: fmt.Sprintf("%s: hit rate %.1f%%", a.Name, 100*a.HitRate)}
 		sum := 0
 		for j, c := range a.Cached {
 			sum += c
 			s.Points = append(s.Points, Point{X: float64(j + 1), Y: float64(sum)})
 		}
 		cached.Series = append(cached.Series, s)
-		t := Series{Name: a.Name, Color: color}
+		t := Series{Name: a.Name, Color: color,
+			Legend: fmt.Sprintf("%s: p50 %.1f ms, p99 %.1f ms", a.Name, a.TTFT50.Seconds()*1000, a.TTFT99.Seconds()*1000)}
 		for j, d := range a.TTFTs {
 			t.Points = append(t.Points, Point{X: 100 * float64(j+1) / float64(len(a.TTFTs)), Y: d.Seconds() * 1000})
 		}
 		ttft.Series = append(ttft.Series, t)
 	}
-	return Chart{Title: "Prefix cache: the approximate index against the engines' KV events", Panels: []Panel{cached, ttft}}
+	return Chart{
+		Title: "Prefix cache: the approximate index against the engines' KV events",
+		Subtitle: fmt.Sprintf("%d chat sessions of %d turns share %d system prompts on %d workers whose prefix caches hold %d tokens each, "+
+			"so they evict. The approximate index prices a request by what tollgate routed to the worker; "+
+			"KV events by what the worker reports it still holds.", kvSessions, kvTurns, kvSystems, kvWorkers, kvCacheBlocks*16),
+		Panels: []Panel{errs, cached, ttft},
+	}
 }
 
 // printKVEvents prints the two arms side by side.

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"testing"
 )
@@ -39,5 +40,16 @@ func TestKVEventsScenario(t *testing.T) {
 	}
 	if !strings.Contains(svg.String(), "KV events") {
 		t.Error("the chart does not name the events arm")
+	}
+	// The first panel is the estimate error: one line per arm, a point per
+	// bound of the error histogram.
+	panels := parseSVG(t, svg.Bytes())
+	if len(panels) != 3 || len(panels[0].series) != 2 {
+		t.Fatalf("kv chart: %d panels; want 3, the first with the estimate error of both arms", len(panels))
+	}
+	for _, a := range arms {
+		if len(a.ErrOver) == 0 || math.Abs(a.ErrOver[0].X-1) > 1e-9 || math.Abs(a.ErrOver[0].Y-100*(1-a.Within1)) > 1e-9 {
+			t.Errorf("%s: estimate error points %v do not start at the 1%% bound with %.1f%% off", a.Name, a.ErrOver, 100*(1-a.Within1))
+		}
 	}
 }

@@ -66,10 +66,14 @@ type premiumArm struct {
 	// completion.
 	Elapsed time.Duration
 	// Ingress counts the requests sent through gateway A and B (all
-	// through A with one gateway).
-	Ingress [2]int
-	// Series are the cumulative completions per class over time.
-	Series []Series
+	// through A with one gateway); GatewayFirst counts premium and regular
+	// of each gateway among the first PerClass completions.
+	Ingress      [2]int
+	GatewayFirst [2][2]int
+	// Series are the cumulative completions per class over time;
+	// GatewaySeries, with two gateways, per gateway and class (premium
+	// through A, regular through A, then through B).
+	Series, GatewaySeries []Series
 }
 
 // premiumConfig configures a premium run.
@@ -173,6 +177,7 @@ func runPremiumArm(ctx context.Context, cfg premiumConfig, path string) (*premiu
 			g = 1
 		}
 		arm.Ingress[g]++
+		s.gateway = g
 		wg.Go(func() {
 			<-start
 			if _, err := send(ctx, sims[g], rec, s); err != nil {
@@ -194,10 +199,18 @@ func runPremiumArm(ctx context.Context, cfg premiumConfig, path string) (*premiu
 	list := rec.completions()
 	arm.Outcomes = len(list)
 	arm.Series = series(list, premiumClasses, palette)
+	if len(sims) > 1 {
+		arm.GatewaySeries = seriesBy(list, func(c completion) int { return 2*c.gateway + c.class },
+			[]string{"premium via A", "regular via A", "premium via B", "regular via B"},
+			[]string{palette[0], palette[1], palette[5], palette[4]})
+	}
 	arm.First, arm.RegularLeft, arm.PremiumDone = premiumSplit(list, cfg.perClass)
-	for _, c := range list {
+	for i, c := range list {
 		if c.outcome != outcomeOK {
 			arm.Non200++
+		}
+		if i < cfg.perClass {
+			arm.GatewayFirst[c.gateway][c.class]++
 		}
 	}
 	arm.WorkerFirst = workerSplit(st, cfg.perClass)
@@ -288,18 +301,41 @@ func upstreamObserved(q [2]uint64) (split, left string) {
 
 // premiumChart draws one panel per arm.
 func premiumChart(arms []*premiumArm) Chart {
-	c := Chart{Title: "Dynamo policy classes, premium vs regular: cumulative completions"}
+	c := Chart{Title: "Dynamo policy classes: premium vs regular under Deficit Round Robin"}
+	if len(arms) > 0 {
+		a := arms[0]
+		c.Subtitle = fmt.Sprintf("%d premium and %d regular requests of %d uncached tokens are released together on one worker of %d sequences. "+
+			"Whenever a prefill frees, DRR picks the next class by its quantum, so the first %d completions split in the ratio of the quanta.",
+			a.PerClass, a.PerClass, premiumPromptTokens, premiumSeqs, a.PerClass)
+	}
 	for _, a := range arms {
-		p := Panel{
-			Title:  fmt.Sprintf("%s, quanta %d:%d: first %d completions %d:%d", a.File, a.Quanta[0], a.Quanta[1], a.PerClass, a.First[0], a.First[1]),
-			XLabel: "seconds since the start gate",
-			YLabel: "completed requests",
-			Series: a.Series,
-		}
-		if a.PremiumDone > 0 {
-			p.Markers = []Marker{{X: a.PremiumDone.Seconds(), Label: fmt.Sprintf("premium done, %d regular left", a.RegularLeft)}}
-		}
-		c.Panels = append(c.Panels, p)
+		c.Panels = append(c.Panels, premiumPanel(a, fmt.Sprintf("%s, quanta %d:%d: first %d completions %d:%d (ideal %s)",
+			a.File, a.Quanta[0], a.Quanta[1], a.PerClass, a.First[0], a.First[1], idealSplit(a)), a.Series))
 	}
 	return c
+}
+
+// premiumPanel draws series of a premium arm under title.
+func premiumPanel(a *premiumArm, title string, series []Series) Panel {
+	p := Panel{
+		Title:  title,
+		XLabel: "seconds since the start gate",
+		YLabel: "completed requests",
+		Series: slices.Clone(series),
+	}
+	for i := range p.Series {
+		s := &p.Series[i]
+		n := 0
+		if len(s.Points) > 0 {
+			n = int(s.Points[len(s.Points)-1].Y)
+		}
+		s.Legend = fmt.Sprintf("%s: %d requests", s.Name, n)
+		if i < len(a.Quanta) && len(series) == len(a.Quanta) {
+			s.Legend = fmt.Sprintf("%s (quantum %d): %d requests", s.Name, a.Quanta[i], n)
+		}
+	}
+	if a.PremiumDone > 0 {
+		p.Markers = []Marker{{X: a.PremiumDone.Seconds(), Label: fmt.Sprintf("premium done, %d regular left", a.RegularLeft)}}
+	}
+	return p
 }

@@ -511,13 +511,23 @@ func priorityChart(r *priorityResult) Chart {
 		Title:  fmt.Sprintf("%s: capacity %d, bulk held to %d slots; one preemption", filePriority, r.Capacity, r.BulkSlots),
 		XLabel: "seconds since the start",
 		YLabel: "completed requests",
-		Series: r.Series,
+		Series: slices.Clone(r.Series),
 		Markers: []Marker{
-			{X: r.Phase2.Seconds(), Label: fmt.Sprintf("bulk fills %d slots, interactive burst of %d", r.BulkSlots, r.InteractiveSlots+1)},
+			{X: r.Phase2.Seconds(), Label: fmt.Sprintf("phase 2: bulk fills %d slots, interactive burst of %d", r.BulkSlots, r.InteractiveSlots+1)},
 		},
+	}
+	for i := range p.Series {
+		s := &p.Series[i]
+		s.Legend = fmt.Sprintf("%s: %d requests", s.Name, len(s.Points)-1)
 	}
 	if r.PreemptedAt > 0 {
 		p.Markers = append(p.Markers, Marker{X: r.PreemptedAt.Seconds(), Label: "one bulk job preempted"})
 	}
-	return Chart{Title: "SMG priority admission: cumulative completions per class", Panels: []Panel{p}}
+	return Chart{
+		Title: "SMG priority admission: reservations, tenant clamp, preemption",
+		Subtitle: "Phase 1: a batch tenant submits bulk jobs at once while interactive users (auth:acme) and users of auth:free " +
+			"(no tenant policy: asks for system, clamped to default) keep sending. Phase 2: bulk fills every slot it may use " +
+			"and stalls before its first token; an interactive burst fills the rest and one more preempts a bulk job.",
+		Panels: []Panel{p},
+	}
 }

@@ -21,7 +21,10 @@ type reqSpec struct {
 	// class indexes the scenario's class list (the chart's series).
 	class int
 	// id is the x-request-id.
-	id        string
+	id string
+	// gateway indexes the simulated Envoy the request goes through, for
+	// the chart; the caller picks the Envoy.
+	gateway   int
 	header    http.Header
 	tokenID   int
 	tokens    int
@@ -123,6 +126,8 @@ type completion struct {
 	wait time.Duration
 	// endpoint is the worker address the request was routed to.
 	endpoint string
+	// gateway is the reqSpec's.
+	gateway int
 }
 
 // recorder collects completions in the order the client saw them end. It
@@ -177,6 +182,7 @@ func send(ctx context.Context, sim *envoysim.Sim, rec *recorder, spec *reqSpec) 
 		status:   resp.Status,
 		wait:     resp.Timings.Decision,
 		endpoint: resp.Endpoint,
+		gateway:  spec.gateway,
 	})
 	return resp, nil
 }
@@ -195,12 +201,18 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // series turns completions into one cumulative series per class: the
 // points (t, n) at which class c reached n completions.
 func series(list []completion, names []string, colors []string) []Series {
+	return seriesBy(list, func(c completion) int { return c.class }, names, colors)
+}
+
+// seriesBy turns completions into one cumulative series per key: the
+// points (t, n) at which completions of key k reached n.
+func seriesBy(list []completion, key func(completion) int, names []string, colors []string) []Series {
 	out := make([]Series, len(names))
 	for i, n := range names {
 		out[i] = Series{Name: n, Color: colors[i%len(colors)], Points: []Point{{0, 0}}}
 	}
 	for _, c := range list {
-		s := &out[c.class]
+		s := &out[key(c)]
 		s.Points = append(s.Points, Point{X: c.at.Seconds(), Y: float64(len(s.Points))})
 	}
 	return out
