@@ -81,9 +81,9 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
-// TestDashboard_READMEShowsEveryQuery: the README's observability section
-// shows each panel's query as the dashboard has it.
-func TestDashboard_READMEShowsEveryQuery(t *testing.T) {
+// TestDashboard_DocsShowEveryQuery: the dashboard table of
+// docs/observability.md shows each panel's query as the dashboard has it.
+func TestDashboard_DocsShowEveryQuery(t *testing.T) {
 	b, err := os.ReadFile(dashboardFile)
 	if err != nil {
 		t.Fatal(err)
@@ -98,14 +98,14 @@ func TestDashboard_READMEShowsEveryQuery(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(readmeFile)
+	doc, err := os.ReadFile(observabilityDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
-			if !strings.Contains(string(readme), "| `"+tg.Expr+"` |") {
-				t.Errorf("README's dashboard table lacks the query `%s`", tg.Expr)
+			if !strings.Contains(string(doc), "| `"+tg.Expr+"` |") {
+				t.Errorf("docs/observability.md's dashboard table lacks the query `%s`", tg.Expr)
 			}
 		}
 	}

@@ -20,7 +20,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var update = flag.Bool("update", false, "rewrite the README flag reference from --help")
+var update = flag.Bool("update", false, "rewrite the flag reference in docs/flags.md from --help")
 
 func runArgs(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -213,32 +213,33 @@ func httpGet(t *testing.T, url string) string {
 	return string(b)
 }
 
-// TestREADME_FlagReference keeps the README's flag reference equal to
-// `tollgate serve --help`. Run with -update to rewrite it.
-func TestREADME_FlagReference(t *testing.T) {
+// TestDocs_FlagReference keeps the flag reference in docs/flags.md equal
+// to `tollgate serve --help`. Run with -update to rewrite it.
+func TestDocs_FlagReference(t *testing.T) {
+	const doc = "../../docs/flags.md"
 	const begin, end = "<!-- flags:begin -->\n", "<!-- flags:end -->"
 	_, _, help := runArgs(t, "serve", "--help")
 	want := begin + "```text\n" + help + "```\n" + end
-	readme, err := os.ReadFile("../../README.md")
+	text, err := os.ReadFile(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	i, j := bytes.Index(readme, []byte(begin)), bytes.Index(readme, []byte(end))
+	i, j := bytes.Index(text, []byte(begin)), bytes.Index(text, []byte(end))
 	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the %q ... %q markers", begin, end)
+		t.Fatalf("docs/flags.md lacks the %q ... %q markers", begin, end)
 	}
-	got := string(readme[i : j+len(end)])
+	got := string(text[i : j+len(end)])
 	if got == want {
 		return
 	}
 	if *update {
-		out := append(append(append([]byte{}, readme[:i]...), want...), readme[j+len(end):]...)
-		if err := os.WriteFile("../../README.md", out, 0o600); err != nil {
+		out := append(append(append([]byte{}, text[:i]...), want...), text[j+len(end):]...)
+		if err := os.WriteFile(doc, out, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	t.Errorf("README flag reference is stale; run: go test ./cmd/tollgate -run TestREADME_FlagReference -update")
+	t.Errorf("docs/flags.md's flag reference is stale; run: go test ./cmd/tollgate -run TestDocs_FlagReference -update")
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
