@@ -235,7 +235,9 @@ func TestHandshakeFailures(t *testing.T) {
 				}()
 				start := time.Now()
 				_, err := DialSub(t.Context(), endpoint, nil, o)
-				if !errors.Is(err, c.want) {
+				// A peer that closes mid-handshake fails our read or, as it
+				// races our greeting, our write.
+				if !errors.Is(err, c.want) && !(c.name == "closed" && errors.Is(err, io.ErrClosedPipe)) {
 					t.Errorf("error %v, want %v", err, c.want)
 				}
 				if d := time.Since(start); d > o.HandshakeTimeout {
