@@ -36,6 +36,8 @@ const (
 	reasonClassLimit
 	// reasonNoEndpoints: no eligible worker.
 	reasonNoEndpoints
+	// reasonModelNotFound: no worker of the fleet serves the model.
+	reasonModelNotFound
 	// reasonPinInvalid: the pinned worker or rank is not eligible.
 	reasonPinInvalid
 	// reasonShutdown: the server is draining.
@@ -82,6 +84,7 @@ var answerTable = [numReasons]answerRow{
 	reasonPreempted:       {status: http.StatusServiceUnavailable, code: "scheduler_preempted", message: "request preempted by higher-priority traffic", retryAfter: "1", preempted: true, shape: shapeSMG},
 	reasonClassLimit:      {status: 529, code: "Overloaded", shape: shapeDynamoOverload},
 	reasonNoEndpoints:     {status: http.StatusServiceUnavailable, code: "no_endpoints", message: "no endpoints available to route work", shape: shapeSMG},
+	reasonModelNotFound:   {status: http.StatusNotFound, code: "model_not_found", message: "the model does not exist", shape: shapeOpenAI},
 	reasonPinInvalid:      {status: http.StatusServiceUnavailable, code: "pinned_worker_not_eligible", message: "pinned worker is not eligible", shape: shapeSMG},
 	reasonShutdown:        {status: http.StatusServiceUnavailable, code: "server_shutting_down", message: "the server is shutting down", retryAfter: "1", shape: shapeSMG},
 	reasonUnauthorized:    {status: http.StatusUnauthorized, code: "unauthorized", message: "missing or invalid api key", shape: shapeSMG},
@@ -139,6 +142,12 @@ func (r *rejection) text() string {
 		return r.message
 	}
 	return answerTable[r.reason].message
+}
+
+// modelNotFound is OpenAI's answer for a model no worker serves, as vLLM
+// gives it: 404, invalid_request_error, code model_not_found, param model.
+func modelNotFound(model string) *rejection {
+	return &rejection{reason: reasonModelNotFound, param: "model", message: fmt.Sprintf("The model `%s` does not exist.", model)}
 }
 
 // rejectionFor maps a scheduler outcome to its rejection. ok is false for

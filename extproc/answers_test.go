@@ -44,6 +44,11 @@ func TestAnswerTable(t *testing.T) {
 			body:    `{"error":{"type":"Service Unavailable","code":"no_endpoints","message":"no endpoints available to route work: no ready worker serves the model","param":null,"model":"llama"}}`,
 		},
 		{
+			name: "model not found", r: modelNotFound("gpt-nope"), status: 404,
+			headers: map[string]string{"content-type": "application/json"},
+			body:    "{\"error\":{\"message\":\"The model `gpt-nope` does not exist.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_not_found\"}}",
+		},
+		{
 			name: "pin invalid", r: &rejection{reason: reasonPinInvalid, message: "Pinned worker w9 dp_rank 0 is not eligible: worker w9 is unavailable"}, status: 503,
 			headers: map[string]string{"content-type": "application/json", "x-smg-error-code": "pinned_worker_not_eligible"},
 			body:    `{"error":{"type":"Service Unavailable","code":"pinned_worker_not_eligible","message":"Pinned worker w9 dp_rank 0 is not eligible: worker w9 is unavailable","param":null}}`,

@@ -60,6 +60,9 @@ type decision struct {
 	// action has its Fallbacks resolved into target (nil here).
 	action sched.Action
 	target target
+	// unknownModel marks a no-endpoints reject for a model no worker has
+	// served since the start: it is answered 404 model_not_found.
+	unknownModel bool
 }
 
 // noticeCap is the capacity of a stream's notice box: one of each kind.
@@ -164,6 +167,7 @@ type dispatcher struct {
 	sch     scheduler
 	boxes   map[uint64]noticeBox
 	workers *workerSet
+	models  knownModels
 	state   serving
 	// shed: Drain shed the queue; the scheduler stays drained.
 	shed bool
@@ -197,6 +201,7 @@ func newDispatcher(sch scheduler, ws *workerSet, now func() time.Time, log *slog
 		workers: ws,
 	}
 	d.halted, d.halt = context.WithCancel(context.Background())
+	d.models.note(ws)
 	d.state.workers = len(ws.sched)
 	d.publish()
 	return d
@@ -251,6 +256,7 @@ func (d *dispatcher) handle(ev event) {
 		d.deliver(d.sch.FirstToken(now, ev.id))
 	case evWorkers:
 		d.workers = ev.workers
+		d.models.note(ev.workers)
 		d.deliver(d.sch.SetWorkers(now, ev.workers.sched))
 		d.state.workers = len(ev.workers.sched)
 		d.publish()
@@ -352,6 +358,7 @@ func (d *dispatcher) decide(a *sched.Action, t target) {
 	}
 	dc := &decision{action: *a, target: t}
 	dc.action.Fallbacks = nil // the scheduler's slice, resolved into t
+	dc.unknownModel = a.Outcome == sched.OutcomeNoEndpoints && d.models.unknown(a.Model)
 	d.tell(a.ID, notice{kind: noticeDecided, decision: dc})
 }
 

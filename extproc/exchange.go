@@ -334,7 +334,10 @@ func (x *exchange) onDecided(now time.Time, n notice) step {
 	a := &x.adm.decision.action
 	if a.Kind != sched.ActionDispatch {
 		rej, ok := rejectionFor(a)
-		if !ok {
+		switch {
+		case x.adm.decision.unknownModel:
+			rej = modelNotFound(a.Model)
+		case !ok:
 			rej = &rejection{reason: reasonNoEndpoints, model: a.Model}
 		}
 		return x.reject(now, rej)

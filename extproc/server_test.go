@@ -683,3 +683,31 @@ func TestServer_AnsweredStreamEnvoyKeepsOpenIsReset(t *testing.T) {
 		ts.waitIdle()
 	})
 }
+
+// TestServer_UnknownModelIs404: a model no worker of the fleet has served
+// gets OpenAI's 404 model_not_found, which clients do not retry (vLLM gives
+// the same); a known model whose workers are all gone for now keeps the
+// protocol's 503, which they retry.
+func TestServer_UnknownModelIs404(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{}, []Worker{{ID: "w0", Address: "10.0.0.7:8000", Model: "llama"}})
+		p := proto{req: modeBuffered, resp: modeStreamed}
+		ask := func(model string) *extprocv3.ImmediateResponse {
+			c := ts.open()
+			c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`, true))
+			c.recv() // the headers' reply
+			return c.recv().GetImmediateResponse()
+		}
+		ir := ask("gpt-nope")
+		want := "{\"error\":{\"message\":\"The model `gpt-nope` does not exist.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_not_found\"}}"
+		if ir.GetStatus().GetCode() != 404 || string(ir.GetBody()) != want {
+			t.Fatalf("unknown model: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
+		}
+		if err := ts.srv.SetWorkers([]Worker{{ID: "w1", Address: "10.0.0.8:8000", Model: "qwen"}}); err != nil {
+			t.Fatal(err)
+		}
+		if ir := ask("llama"); ir.GetStatus().GetCode() != 503 {
+			t.Fatalf("known model without workers: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
+		}
+	})
+}

@@ -147,16 +147,18 @@ func testRejections(t *testing.T, m bodyMode) {
 			}
 		}
 	}))
-	t.Run("503 no eligible worker", inBubble(func(t *testing.T) {
+	t.Run("404 model no worker serves", inBubble(func(t *testing.T) {
 		if headersOnly {
 			t.Skip("the model is in the body, which STREAMED mode without early body sending does not show")
 		}
 		s := newStack(t, options{mode: m.req})
 		body := []byte(`{"model":"mistral","prompt":"hi"}`)
 		r := s.do(post("/v1/completions", body))
-		expectStatus(t, r, http.StatusServiceUnavailable, "no_endpoints")
+		// OpenAI's answer (and vLLM's): a retry cannot help.
+		expectStatus(t, r, http.StatusNotFound, "")
 		e := errorBody(t, r)
-		if e["model"] != "mistral" || strings.Contains(e["message"].(string), "mistral") || r.Header.Get("Retry-After") != "" {
+		if e["type"] != "invalid_request_error" || e["code"] != "model_not_found" || e["param"] != "model" ||
+			e["message"] != "The model `mistral` does not exist." || r.Header.Get("Retry-After") != "" || r.Header.Get("X-Smg-Error-Code") != "" {
 			t.Errorf("error %v retry-after %q", e, r.Header.Get("Retry-After"))
 		}
 	}))

@@ -116,19 +116,19 @@ func TestClientModelNamesStayOutOfMetricsAndQueues(t *testing.T) {
 	})
 }
 
-// TestNoEndpointsBodyNamesTheModelOnce: the 503 for a model no worker
-// serves names it in the model field only.
-func TestNoEndpointsBodyNamesTheModelOnce(t *testing.T) {
+// TestUnknownModelBodyNamesTheModelOnce: the 404 for a model no worker
+// serves names the client's (bounded) model name once, in its message.
+func TestUnknownModelBodyNamesTheModelOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newStack(t, options{})
 		name := strings.Repeat("x", openai.MaxModelNameBytes)
 		r := s.do(post("/v1/completions", []byte(`{"model":"`+name+`","prompt":"hi"}`)))
-		expectStatus(t, r, http.StatusServiceUnavailable, "no_endpoints")
+		expectStatus(t, r, http.StatusNotFound, "")
 		if n := strings.Count(string(r.Body), name); n != 1 {
 			t.Fatalf("the body names the model %d times: %s", n, r.Body)
 		}
-		if errorBody(t, r)["model"] != name {
-			t.Errorf("model field missing: %s", r.Body)
+		if errorBody(t, r)["code"] != "model_not_found" {
+			t.Errorf("code missing: %s", r.Body)
 		}
 	})
 }
