@@ -38,5 +38,5 @@ COPY --from=build /out/tollgate /tollgate
 USER 65532:65532
 WORKDIR /home/nonroot
 ENTRYPOINT ["/tollgate"]
-# The chart passes serving flags as the container's args, which replace CMD.
+# With no args the container serves; the chart's args (serve and its flags) replace CMD.
 CMD ["serve"]

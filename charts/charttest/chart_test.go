@@ -205,8 +205,10 @@ func TestDeployment(t *testing.T) {
 			t.Errorf("flag --%s = %q (present %v); want %q", name, got, ok, v)
 		}
 	}
-	if len(c.Args) != len(want) {
-		t.Errorf("args = %q; want exactly the %d flags above", c.Args, len(want))
+	if len(c.Args) == 0 || c.Args[0] != "serve" {
+		t.Errorf("args = %q; want the serve command first", c.Args)
+	} else if len(c.Args)-1 != len(want) {
+		t.Errorf("args = %q; want serve and exactly the %d flags above", c.Args, len(want))
 	}
 }
 

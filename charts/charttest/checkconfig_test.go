@@ -42,11 +42,11 @@ func TestRenderedConfigPassesCheckConfig(t *testing.T) {
 
 	checkConfig := func(t *testing.T, doc string) (string, error) {
 		t.Helper()
-		args := materialise(t, mustRender(t, values(t, doc)))
-		cmd := exec.CommandContext(t.Context(), bin, append([]string{"check-config"}, args...)...)
+		args := asCheckConfig(t, materialise(t, mustRender(t, values(t, doc))))
+		cmd := exec.CommandContext(t.Context(), bin, args...)
 		cmd.Env = outsideCluster()
 		out, err := cmd.CombinedOutput()
-		return fmt.Sprintf("tollgate check-config %s\n%s", strings.Join(args, " "), out), err
+		return fmt.Sprintf("tollgate %s\n%s", strings.Join(args, " "), out), err
 	}
 	for _, name := range []string{"static", "kubernetesService", "kubernetesSelector", "inferencePool", "leaderElection"} {
 		t.Run(name+" passes", func(t *testing.T) {
@@ -93,6 +93,16 @@ func outsideCluster() []string {
 		env = append(env, kv)
 	}
 	return env
+}
+
+// asCheckConfig turns the container's arguments, the serve command and its
+// flags, into the check-config command that validates the same flags.
+func asCheckConfig(t *testing.T, args []string) []string {
+	t.Helper()
+	if len(args) == 0 || args[0] != "serve" {
+		t.Fatalf("container args %q do not start with the serve command", args)
+	}
+	return append([]string{"check-config"}, args[1:]...)
 }
 
 // materialise writes the rendered configuration files and tenant keys to a

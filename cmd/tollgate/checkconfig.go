@@ -15,8 +15,7 @@ import (
 func runCheckConfig(args []string, stdout, stderr io.Writer) error {
 	var o options
 	fs := newFlagSet("check-config", &o)
-	fs.SetOutput(stderr)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(fs, "check-config", args, stdout, stderr); err != nil {
 		return err
 	}
 	problems, warnings := checkConfig(&o)

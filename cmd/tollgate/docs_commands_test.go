@@ -58,10 +58,7 @@ func (inv *invocation) check(t *testing.T, text string) {
 	}
 	args := inv.args
 	if inv.command() == "serve" {
-		if len(args) > 0 && args[0] == "serve" {
-			args = args[1:]
-		}
-		args = append([]string{"check-config"}, args...)
+		args = append([]string{"check-config"}, args[1:]...)
 	}
 	old := stdin
 	stdin = strings.NewReader(inv.stdin)
@@ -133,16 +130,17 @@ type invocation struct {
 	stdin string
 }
 
-// command is the subcommand an invocation runs, as run chooses it: serve
-// unless the first argument names another (or asks for help).
+// command is the subcommand an invocation runs: its first argument, or
+// help when it asks for help. It is "" for no command, or flags with no
+// command before them, which tollgate refuses (and check then reports).
 func (inv *invocation) command() string {
 	for _, a := range inv.args {
-		if a == "-h" || a == "-help" || a == "--help" {
+		if isHelpFlag(a) {
 			return "help"
 		}
 	}
 	if len(inv.args) == 0 || strings.HasPrefix(inv.args[0], "-") {
-		return "serve"
+		return ""
 	}
 	return inv.args[0]
 }
@@ -358,7 +356,7 @@ func TestDocs_ShellCommands(t *testing.T) {
 	if inv, err = parseInvocation(cmds[3].text); err != nil || inv.command() != "help" {
 		t.Errorf("serve --help: %+v, %v", inv, err)
 	}
-	if inv, err = parseInvocation("tollgate --workers examples/workers.yaml"); err != nil || inv.command() != "serve" {
+	if inv, err = parseInvocation("tollgate --workers examples/workers.yaml"); err != nil || inv.command() != "" {
 		t.Errorf("bare flags: %+v, %v", inv, err)
 	}
 	if inv, err = parseInvocation("kubectl get lease > lease.txt"); inv != nil || err != nil {

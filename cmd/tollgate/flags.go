@@ -100,12 +100,23 @@ func (f *optionalFloat) Set(s string) error {
 	return nil
 }
 
-// newFlagSet registers every serving flag on a new FlagSet named name.
+// commandSummary is the paragraph under the usage line of the commands
+// that take the serving flags.
+var commandSummary = map[string]string{
+	"serve": "Serves ext_proc for Envoy until SIGTERM or SIGINT, then drains. Run\n" +
+		"'tollgate check-config' with the same flags to see every problem at once.",
+	"check-config": "Validates every file and flag serve would use, prints every problem and\n" +
+		"exits 1 if there is one. It takes serve's flags.",
+}
+
+// newFlagSet registers every serving flag on a new FlagSet named name
+// (serve or check-config); its Usage prints them grouped by area.
 func newFlagSet(name string, o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tollgate %s [flags]\n\nFlags (write them as -name or --name):\n", name)
-		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "Usage: tollgate %s [flags]\n\n%s\n\nFlags by area (write -name or --name, and --name value or --name=value):\n",
+			name, commandSummary[name])
+		printGroupedFlags(fs.Output(), fs)
 	}
 	fs.StringVar(&o.grpcAddr, "grpc-addr", ":9002", "ext_proc gRPC listen address")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9090", "listen address of /metrics, /healthz and /readyz")

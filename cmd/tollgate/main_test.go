@@ -218,7 +218,10 @@ func httpGet(t *testing.T, url string) string {
 func TestDocs_FlagReference(t *testing.T) {
 	const doc = "../../docs/flags.md"
 	const begin, end = "<!-- flags:begin -->\n", "<!-- flags:end -->"
-	_, _, help := runArgs(t, "serve", "--help")
+	code, help, errs := runArgs(t, "serve", "--help")
+	if code != 0 || errs != "" {
+		t.Fatalf("serve --help: code %d, stderr %q", code, errs)
+	}
 	want := begin + "```text\n" + help + "```\n" + end
 	text, err := os.ReadFile(doc)
 	if err != nil {

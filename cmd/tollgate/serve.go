@@ -21,11 +21,10 @@ import (
 
 // runServe parses the serving flags and serves until ctx ends (SIGTERM or
 // SIGINT), then drains gracefully.
-func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o options
 	fs := newFlagSet("serve", &o)
-	fs.SetOutput(stderr)
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(fs, "serve", args, stdout, stderr); err != nil {
 		return err
 	}
 	level, err := parseLevel(o.logLevel)

@@ -33,7 +33,6 @@ func (o *options) buildTokenizer() (tokenize.Tokenizer, error) {
 func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var o options
 	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tollgate tokenize [flags] < request.json\n\n"+
 			"Reads one request body on standard input and prints the prompt token ids\n"+
@@ -43,7 +42,7 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	registerTokenizerFlags(fs, &o)
 	route := fs.String("route", "auto", "the body's route: completions, chat, responses, embeddings, generate, or auto (chat when the body has messages, else completions)")
 	fs.IntVar(&o.maxBodyBytes, "max-body-bytes", extproc.DefaultMaxBodyBytes, "largest request body accepted (413 above)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(fs, "tokenize", args, stdout, stderr); err != nil {
 		return err
 	}
 	tok, err := o.buildTokenizer()

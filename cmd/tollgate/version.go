@@ -88,11 +88,10 @@ func isVersionFlag(arg string) bool { return arg == "--version" || arg == "-vers
 // runVersion prints the version, commit and Go version.
 func runVersion(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: tollgate version (or tollgate --version)\n\nPrints the version, source commit and Go release of this binary.\n")
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(fs, "version", args, stdout, stderr); err != nil {
 		return err
 	}
 	_, err := io.WriteString(stdout, currentBuild().String())

@@ -21,8 +21,8 @@ func TestRun_Version(t *testing.T) {
 	if code, _, errs := runArgs(t, "version", "extra"); code != 2 || !strings.Contains(errs, "extra") {
 		t.Errorf("version extra: code %d, stderr %q; want 2 and the argument named", code, errs)
 	}
-	if code, _, errs := runArgs(t, "--version", "--help"); code != 0 || !strings.Contains(errs, "tollgate version") {
-		t.Errorf("--version --help: code %d, stderr %q", code, errs)
+	if code, out, errs := runArgs(t, "--version", "--help"); code != 0 || !strings.Contains(out, "tollgate version") || errs != "" {
+		t.Errorf("--version --help: code %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
 

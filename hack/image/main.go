@@ -161,7 +161,7 @@ func buildImage(o options) (v1.Image, error) {
 		RootFS:       v1.RootFS{Type: "layers"},
 		Config: v1.Config{
 			Entrypoint: []string{binaryPath},
-			// The chart's container args replace Cmd.
+			// The chart's container args (serve and its flags) replace Cmd.
 			Cmd:        []string{"serve"},
 			User:       strconv.Itoa(uid) + ":" + strconv.Itoa(gid),
 			WorkingDir: homeDir,
