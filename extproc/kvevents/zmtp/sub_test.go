@@ -237,7 +237,8 @@ func TestHandshakeFailures(t *testing.T) {
 				_, err := DialSub(t.Context(), endpoint, nil, o)
 				// A peer that closes mid-handshake fails our read or, as it
 				// races our greeting, our write.
-				if !errors.Is(err, c.want) && !(c.name == "closed" && errors.Is(err, io.ErrClosedPipe)) {
+				closedFirst := c.name == "closed" && errors.Is(err, io.ErrClosedPipe)
+				if !errors.Is(err, c.want) && !closedFirst {
 					t.Errorf("error %v, want %v", err, c.want)
 				}
 				if d := time.Since(start); d > o.HandshakeTimeout {
