@@ -149,10 +149,45 @@ func TestCheckConfig_KVEndpointNeedsKVEvents(t *testing.T) {
 // /readyz and /metrics, then cancels the context and expects a clean stop.
 func TestServe_ReadyThenDrains(t *testing.T) {
 	workers := writeFile(t, "workers.yaml", twoWorkers)
+	sv := startServe(t, "--workers", workers, "--drain-delay", "0", "--shutdown-timeout", "2s")
+	for _, c := range []struct{ path, want string }{
+		{"/readyz", "ready"}, {"/healthz", "ok"},
+		{"/metrics", "smg_scheduler_utilization"}, {"/metrics", "go_goroutines"}, {"/metrics", "process_resident_memory_bytes"},
+		{"/metrics", "tollgate_build_info{"},
+	} {
+		body := httpGet(t, "http://"+sv.metrics+c.path)
+		if !strings.Contains(body, c.want) {
+			t.Errorf("%s lacks %q", c.path, c.want)
+		}
+	}
+	sv.stop()
+	select {
+	case err := <-sv.done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+// served is a serve started by startServe.
+type served struct {
+	// metrics is the metrics listener's address.
+	metrics string
+	// stop ends serve's context; done then receives what it returned.
+	stop context.CancelFunc
+	done chan error
+}
+
+// startServe runs serve in process with args on loopback ports until it
+// listens.
+func startServe(t *testing.T, args ...string) *served {
+	t.Helper()
 	o := options{}
 	fs := newFlagSet("serve", &o)
 	fs.SetOutput(io.Discard)
-	if err := fs.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--workers", workers, "--drain-delay", "0", "--shutdown-timeout", "2s"}); err != nil {
+	if err := fs.Parse(append([]string{"--grpc-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, args...)); err != nil {
 		t.Fatal(err)
 	}
 	log := discardLogger()
@@ -162,37 +197,16 @@ func TestServe_ReadyThenDrains(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	addrs := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, &o, st, log, func(_, metrics string) { addrs <- metrics }, nil)
-	}()
-	var metrics string
+	sv := &served{stop: cancel, done: make(chan error, 1)}
+	go func() { sv.done <- serve(ctx, &o, st, log, func(_, metrics string) { addrs <- metrics }, nil) }()
 	select {
-	case metrics = <-addrs:
-	case err := <-done:
+	case sv.metrics = <-addrs:
+	case err := <-sv.done:
 		t.Fatalf("serve returned early: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not come up")
 	}
-	for _, c := range []struct{ path, want string }{
-		{"/readyz", "ready"}, {"/healthz", "ok"},
-		{"/metrics", "smg_scheduler_utilization"}, {"/metrics", "go_goroutines"}, {"/metrics", "process_resident_memory_bytes"},
-		{"/metrics", "tollgate_build_info{"},
-	} {
-		body := httpGet(t, "http://"+metrics+c.path)
-		if !strings.Contains(body, c.want) {
-			t.Errorf("%s lacks %q", c.path, c.want)
-		}
-	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop")
-	}
+	return sv
 }
 
 func httpGet(t *testing.T, url string) string {

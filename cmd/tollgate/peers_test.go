@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -52,30 +50,7 @@ func silentListener(t *testing.T) string {
 func TestServe_SilentKVEndpointStopsNothing(t *testing.T) {
 	a, b := silentListener(t), silentListener(t)
 	file := writeFile(t, "workers.yaml", fmt.Sprintf("workers:\n  - id: w1\n    address: 127.0.0.1:18001\n    kv_events_endpoint: tcp://%s\n", a))
-	o := options{}
-	fs := newFlagSet("serve", &o)
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--workers", file,
-		"--kv-events", "--drain-delay", "0", "--shutdown-timeout", "1s"}); err != nil {
-		t.Fatal(err)
-	}
-	log := discardLogger()
-	st, err := o.build(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	addrs := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, &o, st, log, func(_, metrics string) { addrs <- metrics }, nil) }()
-	var metrics string
-	select {
-	case metrics = <-addrs:
-	case err := <-done:
-		t.Fatalf("serve returned early: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not come up")
-	}
+	sv := startServe(t, "--workers", file, "--kv-events", "--drain-delay", "0", "--shutdown-timeout", "1s")
 	time.Sleep(200 * time.Millisecond) // the subscriber is in its handshake
 
 	// w1's endpoint changes, and w2 joins: the change must apply although
@@ -86,17 +61,17 @@ func TestServe_SilentKVEndpointStopsNothing(t *testing.T) {
 	}
 	applied := false
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end) && !applied; time.Sleep(50 * time.Millisecond) {
-		applied = strings.Contains(httpGet(t, "http://"+metrics+"/metrics"), "\ntollgate_workers 2\n")
+		applied = strings.Contains(httpGet(t, "http://"+sv.metrics+"/metrics"), "\ntollgate_workers 2\n")
 	}
 	if !applied {
 		t.Fatal("the workers file change did not apply within 10 s")
 	}
 
 	start := time.Now()
-	cancel()
+	sv.stop()
 	budget := time.Second + exitMargin
 	select {
-	case err := <-done:
+	case err := <-sv.done:
 		if err != nil {
 			t.Fatalf("serve: %v", err)
 		}
