@@ -48,13 +48,11 @@ type Publisher struct {
 	out *bufio.Scanner
 }
 
-// StartPublisher starts the script with a topic, a block size and further
-// arguments (see its usage); it stops when the test ends.
-func StartPublisher(t testing.TB, topic string, blockSize int, args ...string) *Publisher {
+// StartScript runs a Python script with args, its standard input and output
+// piped to the test; it stops (its input closed) when the test ends.
+func StartScript(t testing.TB, script string, args ...string) (io.WriteCloser, io.Reader) {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "vllm_kv_publisher.py")
-	cmd := exec.Command(Python(t), append([]string{script, "--block-size", fmt.Sprint(blockSize), "--topic", topic}, args...)...)
+	cmd := exec.Command(Python(t), append([]string{script}, args...)...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -67,11 +65,21 @@ func StartPublisher(t testing.TB, topic string, blockSize int, args ...string) *
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &Publisher{t: t, in: in, out: bufio.NewScanner(out)}
 	t.Cleanup(func() {
 		_ = in.Close()
 		_ = cmd.Wait()
 	})
+	return in, out
+}
+
+// StartPublisher starts the script with a topic, a block size and further
+// arguments (see its usage); it stops when the test ends.
+func StartPublisher(t testing.TB, topic string, blockSize int, args ...string) *Publisher {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "vllm_kv_publisher.py")
+	in, out := StartScript(t, script, append([]string{"--block-size", fmt.Sprint(blockSize), "--topic", topic}, args...)...)
+	p := &Publisher{t: t, in: in, out: bufio.NewScanner(out)}
 	f := strings.Fields(p.line())
 	if len(f) != 3 || f[0] != "READY" {
 		t.Fatalf("publisher did not start: %q", f)

@@ -169,11 +169,7 @@ func (c *conn) ready(self string) error {
 	if flags&flagCommand == 0 || flags&flagMore != 0 {
 		return fmt.Errorf("%w: a message before READY", ErrHandshake)
 	}
-	body, err := c.readCommand(size)
-	if err != nil {
-		return err
-	}
-	name, data, err := parseCommand(body)
+	name, data, err := c.readCommand(size)
 	if err != nil {
 		return err
 	}
@@ -226,19 +222,20 @@ func unexpected(err error) error {
 	return err
 }
 
-// readCommand reads a command's body of size bytes.
-func (c *conn) readCommand(size uint64) ([]byte, error) {
+// readCommand reads a command of size bytes and splits it into its name
+// and data.
+func (c *conn) readCommand(size uint64) (name string, data []byte, err error) {
 	if size > maxCommandSize {
-		return nil, fmt.Errorf("%w: command of %d bytes, limit %d", ErrProtocol, size, maxCommandSize)
+		return "", nil, fmt.Errorf("%w: command of %d bytes, limit %d", ErrProtocol, size, maxCommandSize)
 	}
 	if cap(c.cmd) < int(size) {
 		c.cmd = make([]byte, size)
 	}
 	body := c.cmd[:size]
 	if _, err := io.ReadFull(c.r, body); err != nil {
-		return nil, unexpected(err)
+		return "", nil, unexpected(err)
 	}
-	return body, nil
+	return parseCommand(body)
 }
 
 // readMessage reads the next message, answering the commands before it.
@@ -325,11 +322,7 @@ func (c *conn) command(flags byte, size uint64, inMessage bool) error {
 	if flags&flagMore != 0 || inMessage {
 		return fmt.Errorf("%w: command inside a message", ErrProtocol)
 	}
-	body, err := c.readCommand(size)
-	if err != nil {
-		return err
-	}
-	name, data, err := parseCommand(body)
+	name, data, err := c.readCommand(size)
 	if err != nil {
 		return err
 	}

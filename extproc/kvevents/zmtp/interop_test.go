@@ -8,8 +8,6 @@ import (
 	"io"
 	"log"
 	"math"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,23 +30,7 @@ const waitLimit = 10 * time.Second
 // stops when the test ends.
 func libzmqPeer(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(interop.Python(t), append([]string{filepath.Join("testdata", "libzmq_peer.py")}, args...)...)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = in.Close()
-		_ = cmd.Wait()
-	})
+	_, out := interop.StartScript(t, filepath.Join("testdata", "libzmq_peer.py"), args...)
 	line, err := bufio.NewReader(out).ReadString('\n')
 	f := strings.Fields(line)
 	if err != nil || len(f) != 2 || f[0] != "READY" {
