@@ -13,7 +13,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tollgate/tollgate/extproc/openai"
+	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/sched"
 )
 

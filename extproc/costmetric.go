@@ -1,6 +1,6 @@
 package extproc
 
-import "github.com/tollgate/tollgate/extproc/tokenize"
+import "github.com/tollgate/tollgate/extproc/request/tokenize"
 
 // observeCostError records one prompt-token estimate error for model,
 // labelled with the kind of tokenizer that serves the model.

@@ -10,7 +10,7 @@
 // Every HTTP request is one gRPC Process stream, served by its own stream
 // goroutine (Server.Process). That goroutine does all per-request CPU work
 // in parallel with the others: header parsing, tenant resolution, JSON
-// parsing (extproc/openai), tokenizing (extproc/tokenize), prefix hashing
+// parsing (extproc/request/openai), tokenizing (extproc/request/tokenize), prefix hashing
 // and the prefix-index lookup (sched/prefix, guarded by a mutex). It
 // receives Envoy's messages itself: no goroutine per stream beyond gRPC's
 // own. While its request waits for the scheduler it receives nothing (Envoy

@@ -13,7 +13,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/tollgate/tollgate/extproc/enginemetrics"
+	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
 	"github.com/tollgate/tollgate/sched"
 )
 

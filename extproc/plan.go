@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate/tollgate/extproc/kvevents"
-	"github.com/tollgate/tollgate/extproc/openai"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
+	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 	"github.com/tollgate/tollgate/sched/prefix"

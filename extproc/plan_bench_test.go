@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate/tollgate/extproc/openai"
+	"github.com/tollgate/tollgate/extproc/request/openai"
 )
 
 // planHeaders is a typical admission request's header map: pseudo-headers,

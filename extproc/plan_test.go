@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/tollgate/tollgate/extproc/openai"
+	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/sched"
 )
 

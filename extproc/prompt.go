@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"github.com/tollgate/tollgate/extproc/openai"
-	"github.com/tollgate/tollgate/extproc/tokenize"
+	"github.com/tollgate/tollgate/extproc/request/openai"
+	"github.com/tollgate/tollgate/extproc/request/tokenize"
 )
 
 // counted is what promptTokens counted for a prompt.

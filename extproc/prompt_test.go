@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate/tollgate/extproc/openai"
-	"github.com/tollgate/tollgate/extproc/tokenize"
+	"github.com/tollgate/tollgate/extproc/request/openai"
+	"github.com/tollgate/tollgate/extproc/request/tokenize"
 )
 
 // alternatingModel is a tokenizer mapping whose model "chat" has a chat

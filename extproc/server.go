@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/tollgate/tollgate/extproc/enginemetrics"
-	"github.com/tollgate/tollgate/extproc/kvevents"
+	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 	"github.com/tollgate/tollgate/sched"
 )
 

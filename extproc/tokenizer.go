@@ -11,11 +11,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tollgate/tollgate/extproc/openai"
-	"github.com/tollgate/tollgate/extproc/tokenize"
+	"github.com/tollgate/tollgate/extproc/request/openai"
+	"github.com/tollgate/tollgate/extproc/request/tokenize"
 )
 
-// Tokenizer counts prompt tokens (--tokenizer); see extproc/tokenize. It
+// Tokenizer counts prompt tokens (--tokenizer); see extproc/request/tokenize. It
 // must be safe for concurrent use.
 type Tokenizer = tokenize.Tokenizer
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/extproc/openai"
-	"github.com/tollgate/tollgate/extproc/tokenize"
+	"github.com/tollgate/tollgate/extproc/request/openai"
+	"github.com/tollgate/tollgate/extproc/request/tokenize"
 )
 
 // BenchmarkPlan_SmallUnderHeavy measures small chat requests' planning

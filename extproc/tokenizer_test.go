@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tollgate/tollgate/extproc/openai"
-	"github.com/tollgate/tollgate/extproc/tokenize"
+	"github.com/tollgate/tollgate/extproc/request/openai"
+	"github.com/tollgate/tollgate/extproc/request/tokenize"
 )
 
 // heavyTokenizer is an exact tokenizer whose large prompts each wait for

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tollgate/tollgate/extproc/enginemetrics"
-	"github.com/tollgate/tollgate/extproc/kvevents"
+	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 	"github.com/tollgate/tollgate/sched"
 )
 

@@ -35,7 +35,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate/tollgate/envoy"
-	"github.com/tollgate/tollgate/extproc/kube"
+	"github.com/tollgate/tollgate/extproc/discovery/kube"
 	"github.com/tollgate/tollgate/test/apiserver"
 	"github.com/tollgate/tollgate/test/testbin"
 )

@@ -110,7 +110,7 @@ func TestTokenizersPassCheckConfig(t *testing.T) {
 	if err := os.MkdirAll(model, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tj, err := os.ReadFile("../../extproc/tokenize/testdata/llama3-style.json")
+	tj, err := os.ReadFile("../../extproc/request/tokenize/testdata/llama3-style.json")
 	if err != nil {
 		t.Fatal(err)
 	}

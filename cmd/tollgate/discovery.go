@@ -22,7 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/tollgate/tollgate/extproc"
-	"github.com/tollgate/tollgate/extproc/kube"
+	"github.com/tollgate/tollgate/extproc/discovery/kube"
 	"github.com/tollgate/tollgate/sched/policy"
 )
 

@@ -7,7 +7,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/tollgate/tollgate/extproc/enginemetrics"
+	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
 	"github.com/tollgate/tollgate/sched"
 )
 

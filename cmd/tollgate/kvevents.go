@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/extproc"
-	"github.com/tollgate/tollgate/extproc/kvevents"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 )
 
 // kvEventsOptions are the KV-event flags.

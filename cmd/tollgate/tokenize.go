@@ -9,8 +9,8 @@ import (
 	"io"
 
 	"github.com/tollgate/tollgate/extproc"
-	"github.com/tollgate/tollgate/extproc/openai"
-	"github.com/tollgate/tollgate/extproc/tokenize"
+	"github.com/tollgate/tollgate/extproc/request/openai"
+	"github.com/tollgate/tollgate/extproc/request/tokenize"
 )
 
 // registerTokenizerFlags registers the flags that choose tokenizers; serve,

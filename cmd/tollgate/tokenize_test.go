@@ -17,7 +17,7 @@ import (
 func modelDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	data, err := os.ReadFile("../../extproc/tokenize/testdata/llama3-style.json")
+	data, err := os.ReadFile("../../extproc/request/tokenize/testdata/llama3-style.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func (c *countdownCtx) Err() error {
 // template and while it waits for standard input.
 func TestTokenize_Interrupted(t *testing.T) {
 	dir := modelDir(t)
-	tmpl, err := os.ReadFile("../../extproc/tokenize/testdata/deepseek-v3.jinja")
+	tmpl, err := os.ReadFile("../../extproc/request/tokenize/testdata/deepseek-v3.jinja")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/extproc"
-	"github.com/tollgate/tollgate/extproc/enginemetrics"
+	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
 	"github.com/tollgate/tollgate/sched"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/extproc"
-	"github.com/tollgate/tollgate/extproc/tokenize"
+	"github.com/tollgate/tollgate/extproc/request/tokenize"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/test/envoysim"
 	"github.com/tollgate/tollgate/test/mockworker"

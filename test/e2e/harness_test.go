@@ -22,7 +22,7 @@ import (
 
 	"github.com/tollgate/tollgate/envoy"
 	"github.com/tollgate/tollgate/extproc"
-	"github.com/tollgate/tollgate/extproc/kvevents"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 	"github.com/tollgate/tollgate/test/envoysim"

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/extproc"
-	"github.com/tollgate/tollgate/extproc/openai"
+	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 	"github.com/tollgate/tollgate/test/mockworker"

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/extproc/kvevents"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 	"github.com/tollgate/tollgate/sched/prefix"
 )
 

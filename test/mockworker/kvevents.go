@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
-	"github.com/tollgate/tollgate/extproc/kvevents"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 )
 
 // DefaultKVBufferSteps is how many batches the replay socket keeps (vLLM's

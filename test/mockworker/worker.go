@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate/tollgate/extproc/kvevents"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 )
 
 // Worker is one simulated vLLM engine behind an OpenAI-compatible HTTP API.

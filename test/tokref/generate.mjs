@@ -2,7 +2,7 @@
 // OpenAI request bodies for real model tokenizers and the prompt token ids
 // Hugging Face's JavaScript implementation (@huggingface/transformers:
 // apply_chat_template for chat, encode with special tokens for completions)
-// computes for each. The Go reference test in extproc/tokenize compares
+// computes for each. The Go reference test in extproc/request/tokenize compares
 // tollgate's ids with these. The corpus is deterministic (seeded).
 //
 // Chat bodies become template input the way vLLM builds it: each message is

@@ -26,10 +26,10 @@
 //     64 slots whose requests are parked, so that N more wait in
 //     tollgate's queue; its resident memory and goroutines per held
 //     request, and the drain time after release, at two sizes;
-//  4. tokenizers: `go test -bench` on ./extproc/tokenize;
+//  4. tokenizers: `go test -bench` on ./extproc/request/tokenize;
 //  5. engine metrics: the scraper's CPU per worker per second at 256
-//     workers (`go test -bench` on ./extproc/enginemetrics);
-//  6. KV events: decode+index ingest rate (./extproc/kvevents), the exact
+//     workers (`go test -bench` on ./extproc/engine/enginemetrics);
+//  6. KV events: decode+index ingest rate (./extproc/engine/kvevents), the exact
 //     prefix index's lookup latency and its memory per cached block
 //     (./sched/prefix);
 //  7. with -profile, CPU and allocation profiles of the extproc server code

@@ -19,7 +19,7 @@ const (
 // endpoints in a helper process, scraped at the default interval and at
 // the peers' 50 ms.
 func (r *runner) enginePhase(ctx context.Context) error {
-	run, err := r.goBench(ctx, "engine-bench", "./extproc/enginemetrics",
+	run, err := r.goBench(ctx, "engine-bench", "./extproc/engine/enginemetrics",
 		"^("+engineFleetBench+"|"+engineParseBench+")$", "1x")
 	if err != nil {
 		return err
@@ -48,7 +48,7 @@ func (r *runner) enginePhase(ctx context.Context) error {
 	parse := bench.Row{Section: engineSection, Case: "one vLLM-named mockworker exposition", Measure: "Parse"}
 	parse.Value = nsAllocs(run, engineParseBench)
 	r.report.Add(parse)
-	r.note("Engine metrics: %s of ./extproc/enginemetrics scrapes %d loopback endpoints served by a helper process "+
+	r.note("Engine metrics: %s of ./extproc/engine/enginemetrics scrapes %d loopback endpoints served by a helper process "+
 		"(the mockworker's vLLM /metrics, about 5 KiB) for 5 s per interval; CPU is this process's user+system time, "+
 		"so it is the scraper's alone (HTTP client, the line filter and the Prometheus text parser). At 50 ms the "+
 		"32 scrapes in flight cannot keep up on a small machine: fewer expositions are read than asked for.", engineFleetBench, engineWorkers)

@@ -173,11 +173,11 @@ var tokenizeSpecs = []struct{ bench, mode string }{
 
 // tokenizePhase runs the tokenizer benchmarks.
 func (r *runner) tokenizePhase(ctx context.Context) error {
-	run, err := r.goBench(ctx, "tokenize-bench", "./extproc/tokenize", "^"+tokenizeBench+"$", r.o.tokBT)
+	run, err := r.goBench(ctx, "tokenize-bench", "./extproc/request/tokenize", "^"+tokenizeBench+"$", r.o.tokBT)
 	if err != nil {
 		return err
 	}
-	r.note("Tokenizers: BenchmarkEncode of ./extproc/tokenize at -benchtime %s on generated English text. The estimate mode "+
+	r.note("Tokenizers: BenchmarkEncode of ./extproc/request/tokenize at -benchtime %s on generated English text. The estimate mode "+
 		"is arithmetic on the prompt's length (no pass over the text), so its MB/s is no bound on anything.", r.o.tokBT)
 	for _, s := range tokenizeSpecs {
 		var mbs, allocs []string

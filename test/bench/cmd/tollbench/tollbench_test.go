@@ -230,7 +230,7 @@ func TestCoreAllocsTarget(t *testing.T) {
 func TestActivities(t *testing.T) {
 	got := activities(map[string]float64{
 		"runtime.selectgo": 9.5,
-		"github.com/tollgate/tollgate/extproc/openai.Parse": 4,
+		"github.com/tollgate/tollgate/extproc/request/openai.Parse": 4,
 		"unlisted.function": 50,
 	})
 	if got != "openai.Parse 4.0%, select 9.5%" {

@@ -8,7 +8,7 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/tollgate/tollgate/extproc/kvevents"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 

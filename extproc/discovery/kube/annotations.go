@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tollgate/tollgate/extproc"
-	"github.com/tollgate/tollgate/extproc/enginemetrics"
-	"github.com/tollgate/tollgate/extproc/kvevents"
+	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 )
 
 // Pod annotations that describe a worker. A pod without one gets the

@@ -9,12 +9,12 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tollgate/tollgate/extproc/openai"
-	"github.com/tollgate/tollgate/extproc/tokenize"
+	"github.com/tollgate/tollgate/extproc/request/openai"
+	"github.com/tollgate/tollgate/extproc/request/tokenize"
 )
 
 // refDir is the npm project that computes the reference ids.
-const refDir = "../../test/tokref"
+const refDir = "../../../test/tokref"
 
 type refCorpus struct {
 	Models []refModel `json:"models"`

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/tollgate/tollgate/extproc"
-	"github.com/tollgate/tollgate/extproc/openai"
+	"github.com/tollgate/tollgate/extproc/request/openai"
 )
 
 // InferenceModelRewriteGVR is the Gateway API Inference Extension's

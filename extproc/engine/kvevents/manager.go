@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tollgate/tollgate/extproc/kvevents/zmtp"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents/zmtp"
 	"github.com/tollgate/tollgate/sched"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tollgate/tollgate/extproc/kvevents"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/tollgate/tollgate/extproc/kvevents/zmtp"
+	"github.com/tollgate/tollgate/extproc/engine/kvevents/zmtp"
 )
 
 // boundBatch is a bind-mode message of worker storing one 16-token block
