@@ -62,8 +62,6 @@ const (
 	// DefaultClassLimitStatus is Dynamo's answer to a per-worker queue
 	// limit, 529 Overloaded (--class-limit-status).
 	DefaultClassLimitStatus = 529
-	// DefaultWorkersPollInterval is how often a FileWatcher checks its file.
-	DefaultWorkersPollInterval = 2 * time.Second
 )
 
 // ClientIPSource says where the client address of the ip: tenant tier

@@ -148,3 +148,14 @@ func TestServerOptions_MutualTLS(t *testing.T) {
 		t.Error("missing certificate files accepted")
 	}
 }
+func TestParseClientIPSource(t *testing.T) {
+	for in, want := range map[string]ClientIPSource{"": ClientIPSourceAddress, "source-address": ClientIPSourceAddress, "x-forwarded-for": ClientIPForwardedFor} {
+		got, err := ParseClientIPSource(in)
+		if err != nil || got != want || (in != "" && got.String() != in) {
+			t.Errorf("ParseClientIPSource(%q) = %v %v", in, got, err)
+		}
+	}
+	if _, err := ParseClientIPSource("peer"); err == nil {
+		t.Error("unknown source accepted")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -125,7 +126,7 @@ type event struct {
 	box noticeBox
 	at  time.Time
 	// evWorkers.
-	workers *workerSet
+	workers *fleet.Set
 	// evRoute.
 	model string
 	// evServed: the worker and rank that served request id.
@@ -166,7 +167,7 @@ type dispatcher struct {
 	// Owned by run (or, before run, by its caller under Server.runMu).
 	sch     scheduler
 	boxes   map[uint64]noticeBox
-	workers *workerSet
+	workers *fleet.Set
 	models  knownModels
 	state   serving
 	// shed: Drain shed the queue; the scheduler stays drained.
@@ -189,7 +190,7 @@ type dispatcherHooks struct {
 	serving func(serving)
 }
 
-func newDispatcher(sch scheduler, ws *workerSet, now func() time.Time, log *slog.Logger, hooks dispatcherHooks) *dispatcher {
+func newDispatcher(sch scheduler, ws *fleet.Set, now func() time.Time, log *slog.Logger, hooks dispatcherHooks) *dispatcher {
 	d := &dispatcher{
 		events:  make(chan event, eventBuffer),
 		stopped: make(chan struct{}),
@@ -202,7 +203,7 @@ func newDispatcher(sch scheduler, ws *workerSet, now func() time.Time, log *slog
 	}
 	d.halted, d.halt = context.WithCancel(context.Background())
 	d.models.note(ws)
-	d.state.workers = len(ws.sched)
+	d.state.workers = len(ws.Sched)
 	d.publish()
 	return d
 }
@@ -257,8 +258,8 @@ func (d *dispatcher) handle(ev event) {
 	case evWorkers:
 		d.workers = ev.workers
 		d.models.note(ev.workers)
-		d.deliver(d.sch.SetWorkers(now, ev.workers.sched))
-		d.state.workers = len(ev.workers.sched)
+		d.deliver(d.sch.SetWorkers(now, ev.workers.Sched))
+		d.state.workers = len(ev.workers.Sched)
 		d.publish()
 		ev.reply <- reply{ok: true}
 	case evActive:
@@ -287,7 +288,7 @@ func (d *dispatcher) handle(ev event) {
 // subset names no known worker is answered without it.
 func (d *dispatcher) submit(now time.Time, ev event) {
 	if ev.subset != nil {
-		if ev.req.AllowedWorkers = d.workers.allowed(ev.subset); ev.req.AllowedWorkers == nil {
+		if ev.req.AllowedWorkers = allowedIDs(d.workers, ev.subset); ev.req.AllowedWorkers == nil {
 			ev.box.put(notice{kind: noticeDecided, decision: &decision{action: sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeNoEndpoints,
 				Priority: ev.req.Priority, Model: ev.req.Model, Message: subsetUnmatched}}})
 			return
@@ -324,14 +325,14 @@ func (d *dispatcher) setActive(now time.Time, active bool) {
 func (d *dispatcher) route(ev event) reply {
 	var allowed []string
 	if ev.subset != nil {
-		if allowed = d.workers.allowed(ev.subset); allowed == nil {
+		if allowed = allowedIDs(d.workers, ev.subset); allowed == nil {
 			return reply{}
 		}
 	}
 	w, rank, ok := d.sch.RouteIn(ev.model, allowed)
 	var tg target
 	if ok {
-		tg, ok = d.workers.target(w, rank)
+		tg, ok = targetOf(d.workers, w, rank)
 	}
 	return reply{target: tg, ok: ok}
 }
@@ -375,7 +376,7 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 		case sched.ActionQueue:
 			d.tell(a.ID, notice{kind: noticeQueued})
 		case sched.ActionDispatch:
-			tg, ok := d.workers.target(a.Worker, a.Rank)
+			tg, ok := targetOf(d.workers, a.Worker, a.Rank)
 			if !ok {
 				// The scheduler only dispatches to workers of the set it
 				// was given with this one; answer 503 rather than route
@@ -389,7 +390,7 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 				continue
 			}
 			// a.Fallbacks is the scheduler's: resolve it before its next call.
-			d.decide(a, d.workers.withFallbacks(tg, a.Fallbacks))
+			d.decide(a, withFallbacks(d.workers, tg, a.Fallbacks))
 		case sched.ActionReject:
 			d.decide(a, target{})
 			delete(d.boxes, a.ID)

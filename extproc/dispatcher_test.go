@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -112,7 +113,7 @@ func (f *fakeScheduler) Stats() sched.Stats { return sched.Stats{Capacity: 7} }
 // inside a synctest bubble.
 func runDispatcher(t *testing.T, f *fakeScheduler) *dispatcher {
 	t.Helper()
-	ws, err := newWorkerSet(oneWorker)
+	ws, err := fleet.NewSet(oneWorker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +314,7 @@ func TestDispatcher_ServingState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeScheduler{}
 		var seen []serving
-		ws, _ := newWorkerSet(oneWorker)
+		ws, _ := fleet.NewSet(oneWorker)
 		d := newDispatcher(f, ws, time.Now, slog.New(slog.DiscardHandler), dispatcherHooks{serving: func(v serving) { seen = append(seen, v) }})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -345,7 +346,7 @@ func TestDispatcher_ServingState(t *testing.T) {
 }
 
 func TestDispatcher_SendAfterStopFails(t *testing.T) {
-	ws, _ := newWorkerSet(nil)
+	ws, _ := fleet.NewSet(nil)
 	d := newDispatcher(&fakeScheduler{}, ws, time.Now, slog.New(slog.DiscardHandler), dispatcherHooks{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -363,7 +364,7 @@ func TestDispatcher_SendAfterStopFails(t *testing.T) {
 // context, and one made after the dispatcher stopped gets errStopped.
 func TestDispatcher_CallWaitsAtMostItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ws, _ := newWorkerSet(nil)
+		ws, _ := fleet.NewSet(nil)
 		d := newDispatcher(&fakeScheduler{}, ws, time.Now, slog.New(slog.DiscardHandler), dispatcherHooks{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

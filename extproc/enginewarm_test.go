@@ -14,6 +14,7 @@ import (
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -81,10 +82,10 @@ func (c *clientStream) routeOf() string {
 func TestServer_LyingEngineLeavesTheOtherWorkersOpen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		engines := fakeEngines{}
-		var workers []Worker
+		var workers []fleet.Worker
 		for i := range 8 {
 			addr := fmt.Sprintf("10.0.0.%d:8000", 10+i)
-			workers = append(workers, Worker{ID: fmt.Sprintf("w%d", i), Address: addr, MaxRunningRequests: 4})
+			workers = append(workers, fleet.Worker{ID: fmt.Sprintf("w%d", i), Address: addr, MaxRunningRequests: 4})
 			engines[addr] = vllmLoad(0, 0)
 		}
 		liar := workers[0].Address
@@ -128,7 +129,7 @@ func TestServer_LyingEngineLeavesTheOtherWorkersOpen(t *testing.T) {
 func TestServer_WarmStartHoldsRequestsInsteadOfRefusing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		engines := fakeEngines{"10.0.0.7:8000": vllmLoad(0, 1)}
-		workers := []Worker{
+		workers := []fleet.Worker{
 			{ID: "a", Address: "10.0.0.7:8000", MaxRunningRequests: 2},
 			{ID: "b", Address: "10.0.0.8:8000", MaxRunningRequests: 2},
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -93,7 +94,7 @@ func TestMetrics_FairnessSeries(t *testing.T) {
 			TenantMetricTopN: 2,
 		}
 		// The worker names the model, so it has its own queue and label.
-		ts := startServer(t, cfg, []Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1, Model: "llama"}})
+		ts := startServer(t, cfg, []fleet.Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1, Model: "llama"}})
 		p := proto{req: modeBuffered, resp: modeStreamed}
 		a := ts.open()
 		a.send(reqHeaders(p, "POST", "/v1/chat/completions", false, "x-smg-tenant-id", "red"), reqBody(chatBody, true))

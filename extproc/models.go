@@ -1,5 +1,7 @@
 package extproc
 
+import "github.com/tollgate/tollgate/extproc/fleet"
+
 // maxKnownModels bounds the model names a replica remembers; past it every
 // model counts as known, so nothing is answered 404 by mistake.
 const maxKnownModels = 1024
@@ -17,11 +19,11 @@ type knownModels struct {
 }
 
 // note records the models of a worker set.
-func (k *knownModels) note(ws *workerSet) {
+func (k *knownModels) note(ws *fleet.Set) {
 	if k.names == nil {
 		k.names = make(map[string]struct{})
 	}
-	for _, w := range ws.sched {
+	for _, w := range ws.Sched {
 		switch {
 		case k.all:
 			return

@@ -18,7 +18,7 @@ import (
 func alternatingModel(t *testing.T) Tokenizer {
 	t.Helper()
 	dir := t.TempDir()
-	data, err := os.ReadFile("tokenize/testdata/llama3-style.json")
+	data, err := os.ReadFile("request/tokenize/testdata/llama3-style.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
 	"github.com/tollgate/tollgate/extproc/engine/kvevents"
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -75,9 +76,8 @@ type Server struct {
 	// runMu guards started: before Run, control events apply directly.
 	runMu   sync.Mutex
 	started bool
-	// workersMu serializes worker set changes and guards workerIDs.
-	workersMu sync.Mutex
-	workerIDs map[string]struct{}
+	// fleet applies every worker set.
+	fleet *fleet.Applier
 	// scraper reads the engines' metrics; nil when off. runCtx is Run's
 	// context, which bounds a round's hand-over.
 	scraper *enginemetrics.Scraper
@@ -87,12 +87,12 @@ type Server struct {
 // New builds a Server over an initial worker set. It fails on an invalid
 // Config or worker set, and when the SMG reservations exceed the capacity
 // of that set.
-func New(cfg Config, workers []Worker) (*Server, error) {
+func New(cfg Config, workers []fleet.Worker) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	ws, err := newWorkerSet(workers)
+	ws, err := fleet.NewSet(workers)
 	if err != nil {
 		return nil, fmt.Errorf("extproc: %w", err)
 	}
@@ -100,7 +100,7 @@ func New(cfg Config, workers []Worker) (*Server, error) {
 	if sc.Start.IsZero() {
 		sc.Start = time.Now()
 	}
-	sch, err := sched.New(sc, ws.sched)
+	sch, err := sched.New(sc, ws.Sched)
 	if err != nil {
 		return nil, err
 	}
@@ -108,8 +108,8 @@ func New(cfg Config, workers []Worker) (*Server, error) {
 }
 
 // newServer wires a Server around any scheduler; cfg has its defaults.
-func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
-	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), workerIDs: make(map[string]struct{}), idle: make(chan struct{}, 1)}
+func newServer(cfg Config, ws *fleet.Set, sch scheduler) (*Server, error) {
+	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), idle: make(chan struct{}, 1)}
 	s.shed, s.shedNow = context.WithCancel(context.Background())
 	s.metrics = newMetrics(cfg.TenantMetricTopN, s.stats)
 	s.ends = newStreamEnds(s.metrics.reg, s.log, time.Now)
@@ -142,7 +142,7 @@ func newServer(cfg Config, ws *workerSet, sch scheduler) (*Server, error) {
 		s.scraper = enginemetrics.New(ec, s.reportEngines)
 		s.metrics.reg.MustRegister(s.scraper)
 	}
-	s.noteWorkers(ws)
+	s.fleet = fleet.NewApplier(ws, s.commitWorkers, s.workerConsumers()...)
 	return s, nil
 }
 
@@ -215,45 +215,51 @@ func (s *Server) control(ctx context.Context, ev event) (reply, error) {
 // their booking until they end, and the prefix index forgets removed
 // workers. On error the current set stays. Discovery sources (the workers
 // file, Kubernetes) all come through here.
-func (s *Server) SetWorkers(ws []Worker) error {
-	set, err := newWorkerSet(ws)
+func (s *Server) SetWorkers(ws []fleet.Worker) error {
+	set, err := s.fleet.Apply(ws)
 	if err != nil {
 		return fmt.Errorf("extproc: %w", err)
 	}
-	s.workersMu.Lock()
-	defer s.workersMu.Unlock()
-	if _, err := s.control(context.Background(), event{kind: evWorkers, workers: set}); err != nil {
-		return err
-	}
-	s.noteWorkers(set)
-	s.log.Info("worker set applied", "workers", len(set.sched))
+	s.log.Info("worker set applied", "workers", set.Len())
 	return nil
 }
 
-// noteWorkers tells the prefix index, the engine scraper, the KV events
-// and the metrics about a new worker set. s.workersMu is held (or s is
-// being built).
-func (s *Server) noteWorkers(set *workerSet) {
-	for id := range s.workerIDs {
-		if _, ok := set.byID[id]; !ok {
-			s.planner.prefix.removeWorker(id)
-			delete(s.workerIDs, id)
-		}
-	}
-	for id := range set.byID {
-		s.workerIDs[id] = struct{}{}
+// commitWorkers hands a worker set to the dispatcher, the owner of the
+// scheduling core; it is the one consumer that may refuse.
+func (s *Server) commitWorkers(set *fleet.Set) error {
+	_, err := s.control(context.Background(), event{kind: evWorkers, workers: set})
+	return err
+}
+
+// workerConsumers are the other holders of the worker set, each given its
+// projection: the prefix indexes, the engine scraper, the KV events and
+// the metric labels.
+func (s *Server) workerConsumers() []fleet.Consumer {
+	cs := []fleet.Consumer{
+		func(_ *fleet.Set, d fleet.Diff) {
+			for _, id := range d.Removed {
+				s.planner.prefix.removeWorker(id)
+			}
+		},
+		func(set *fleet.Set, _ fleet.Diff) {
+			s.metrics.setNamedModels(slices.Collect(maps.Keys(s.cfg.Sched.Policy.Models)), set.Sched)
+		},
 	}
 	if s.scraper != nil {
-		s.scraper.SetTargets(set.targets)
+		cs = append(cs, func(set *fleet.Set, _ fleet.Diff) { s.scraper.SetTargets(set.Targets) })
 	}
-	s.metrics.setNamedModels(slices.Collect(maps.Keys(s.cfg.Sched.Policy.Models)), set.sched)
 	if s.cfg.KVEvents != nil {
-		s.cfg.KVEvents.SetWorkers(set.kv)
-	} else if w, ok := namesKVEndpoint(set.kv); ok {
-		s.kvOffOnce.Do(func() {
-			s.log.Warn("a worker names a KV-event endpoint, but KV events are off: its events are ignored; start with --kv-events to use them", "worker", w)
+		cs = append(cs, func(set *fleet.Set, _ fleet.Diff) { s.cfg.KVEvents.SetWorkers(set.KV) })
+	} else {
+		cs = append(cs, func(set *fleet.Set, _ fleet.Diff) {
+			if w, ok := namesKVEndpoint(set.KV); ok {
+				s.kvOffOnce.Do(func() {
+					s.log.Warn("a worker names a KV-event endpoint, but KV events are off: its events are ignored; start with --kv-events to use them", "worker", w)
+				})
+			}
 		})
 	}
+	return cs
 }
 
 // namesKVEndpoint returns a worker that names its own KV-event endpoint.

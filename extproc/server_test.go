@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -48,13 +49,13 @@ type testServer struct {
 }
 
 // startServer runs a Server on a bufconn listener for the test's duration.
-func startServer(t *testing.T, cfg Config, workers []Worker) *testServer {
+func startServer(t *testing.T, cfg Config, workers []fleet.Worker) *testServer {
 	t.Helper()
 	return startServerWith(t, cfg, workers, nil)
 }
 
 // startServerWith is startServer with a hook that runs before Run starts.
-func startServerWith(t *testing.T, cfg Config, workers []Worker, beforeRun func(*Server)) *testServer {
+func startServerWith(t *testing.T, cfg Config, workers []fleet.Worker, beforeRun func(*Server)) *testServer {
 	t.Helper()
 	s, err := New(cfg, workers)
 	if err != nil {
@@ -271,11 +272,11 @@ func (ts *testServer) waitStats(what string, ok func(sched.Stats) bool) {
 	}
 }
 
-var oneWorker = []Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1}}
+var oneWorker = []fleet.Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1}}
 
 func TestServer_BufferedRoundTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := startServer(t, Config{}, []Worker{{ID: "w0", Address: "10.0.0.7:8000"}, {ID: "w1", Address: "10.0.0.8:8000", DPSize: 2}})
+		ts := startServer(t, Config{}, []fleet.Worker{{ID: "w0", Address: "10.0.0.7:8000"}, {ID: "w1", Address: "10.0.0.8:8000", DPSize: 2}})
 		c := ts.open()
 		p := proto{req: modeBuffered, resp: modeStreamed}
 		c.send(reqHeaders(p, "POST", "/v1/chat/completions", false))
@@ -555,7 +556,7 @@ func TestServer_HealthFollowsWorkers(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(healthgrpc.HealthCheckResponse_SERVING)
-		if err := ts.srv.SetWorkers([]Worker{{ID: "w0", Address: "gpu-0:8000"}}); err == nil || !strings.Contains(err.Error(), `worker "w0"`) {
+		if err := ts.srv.SetWorkers([]fleet.Worker{{ID: "w0", Address: "gpu-0:8000"}}); err == nil || !strings.Contains(err.Error(), `worker "w0"`) {
 			t.Fatalf("hostname accepted: %v", err)
 		}
 		check(healthgrpc.HealthCheckResponse_SERVING)
@@ -564,7 +565,7 @@ func TestServer_HealthFollowsWorkers(t *testing.T) {
 
 func TestServer_WorkerRemovalAnswersQueuedPinnedRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ws := []Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1}, {ID: "w1", Address: "10.0.0.8:8000", MaxRunningRequests: 1}}
+		ws := []fleet.Worker{{ID: "w0", Address: "10.0.0.7:8000", MaxRunningRequests: 1}, {ID: "w1", Address: "10.0.0.8:8000", MaxRunningRequests: 1}}
 		ts := startServer(t, Config{Sched: sched.Config{Priority: testPriority()}}, ws)
 		p := proto{req: modeBuffered}
 		var held []*clientStream
@@ -690,7 +691,7 @@ func TestServer_AnsweredStreamEnvoyKeepsOpenIsReset(t *testing.T) {
 // protocol's 503, which they retry.
 func TestServer_UnknownModelIs404(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := startServer(t, Config{}, []Worker{{ID: "w0", Address: "10.0.0.7:8000", Model: "llama"}})
+		ts := startServer(t, Config{}, []fleet.Worker{{ID: "w0", Address: "10.0.0.7:8000", Model: "llama"}})
 		p := proto{req: modeBuffered, resp: modeStreamed}
 		ask := func(model string) *extprocv3.ImmediateResponse {
 			c := ts.open()
@@ -703,7 +704,7 @@ func TestServer_UnknownModelIs404(t *testing.T) {
 		if ir.GetStatus().GetCode() != 404 || string(ir.GetBody()) != want {
 			t.Fatalf("unknown model: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
 		}
-		if err := ts.srv.SetWorkers([]Worker{{ID: "w1", Address: "10.0.0.8:8000", Model: "qwen"}}); err != nil {
+		if err := ts.srv.SetWorkers([]fleet.Worker{{ID: "w1", Address: "10.0.0.8:8000", Model: "qwen"}}); err != nil {
 			t.Fatal(err)
 		}
 		if ir := ask("llama"); ir.GetStatus().GetCode() != 503 {

@@ -9,6 +9,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 func subsetMetadata(v *structpb.Value) *corev3.Metadata {
@@ -93,7 +95,7 @@ func TestSubsetOf(t *testing.T) {
 }
 
 func TestWorkerSetAllowed(t *testing.T) {
-	ws, err := newWorkerSet([]Worker{{ID: "a", Address: "10.0.0.1:8000"}, {ID: "b", Address: "10.0.0.1:8001"}, {ID: "c", Address: "10.0.0.2:8000"}})
+	ws, err := fleet.NewSet([]fleet.Worker{{ID: "a", Address: "10.0.0.1:8000"}, {ID: "b", Address: "10.0.0.1:8001"}, {ID: "c", Address: "10.0.0.2:8000"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +104,7 @@ func TestWorkerSetAllowed(t *testing.T) {
 		if rej != nil {
 			t.Fatal(rej.message)
 		}
-		if got := strings.Join(ws.allowed(s), ","); got != want {
+		if got := strings.Join(allowedIDs(ws, s), ","); got != want {
 			t.Errorf("allowed(%q) = %q, want %q", in, got, want)
 		}
 	}

@@ -166,11 +166,11 @@ func TestPromptTokenizer_StreamEnds(t *testing.T) {
 func quadraticModel(t *testing.T) Tokenizer {
 	t.Helper()
 	dir := t.TempDir()
-	data, err := os.ReadFile("tokenize/testdata/llama3-style.json")
+	data, err := os.ReadFile("request/tokenize/testdata/llama3-style.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := os.ReadFile("tokenize/testdata/deepseek-v3.jinja")
+	tmpl, err := os.ReadFile("request/tokenize/testdata/deepseek-v3.jinja")
 	if err != nil {
 		t.Fatal(err)
 	}

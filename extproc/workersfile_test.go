@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 func TestParseWorkers_EmptyAndMultiDocument(t *testing.T) {
@@ -29,11 +31,11 @@ func TestParseWorkers_EmptyAndMultiDocument(t *testing.T) {
 		{"empty second document", "workers:\n- {id: w0, address: 10.0.0.1:80}\n---\n", "more than one YAML document"},
 		{"explicit zero slots", "workers:\n- {id: w0, address: 10.0.0.1:80, max_running_requests: 0}\n", `worker "w0": max_running_requests: 0 is not a valid value`},
 		{"explicit zero dp_size", "workers:\n- {id: w0, address: 10.0.0.1:80, dp_size: 0x0}\n", `worker "w0": dp_size: 0 is not a valid value`},
-		{"over the size cap", "workers: []\n#" + strings.Repeat("x", MaxWorkersFileBytes), "larger than"},
+		{"over the size cap", "workers: []\n#" + strings.Repeat("x", fleet.MaxWorkersFileBytes), "larger than"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ws, err := ParseWorkers([]byte(tt.yaml), "")
+			ws, err := fleet.ParseWorkers([]byte(tt.yaml), "")
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("rejected: %v", err)
@@ -50,16 +52,16 @@ func TestLoadWorkersFile_SizeCap(t *testing.T) {
 	if _, err := os.Stat("/dev/zero"); err != nil {
 		t.Skip("no /dev/zero")
 	}
-	if _, err := LoadWorkersFile("/dev/zero"); err == nil || !strings.Contains(err.Error(), "larger than") {
+	if _, err := fleet.LoadWorkersFile("/dev/zero"); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("/dev/zero: %v", err)
 	}
 }
 
-// servingFleet is a running Server fed by a FileWatcher over a temporary
+// servingFleet is a running Server fed by a fleet.FileWatcher over a temporary
 // workers file.
 type servingFleet struct {
 	srv   *Server
-	w     *FileWatcher
+	w     *fleet.FileWatcher
 	path  string
 	stop  context.CancelFunc
 	wg    sync.WaitGroup
@@ -74,14 +76,14 @@ func startFleet(t testing.TB) *servingFleet {
 	if err := os.WriteFile(f.path, []byte(f.first), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ws, err := LoadWorkersFile(f.path)
+	ws, err := fleet.LoadWorkersFile(f.path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if f.srv, err = New(Config{}, ws); err != nil {
 		t.Fatal(err)
 	}
-	f.w = NewFileWatcher(f.path, f.srv.SetWorkers, nil, 0)
+	f.w = fleet.NewFileWatcher(f.path, f.srv.SetWorkers, nil, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop = cancel
 	f.wg.Go(func() { _ = f.srv.Run(ctx) })
@@ -160,14 +162,12 @@ func FuzzWorkersFileRewrite(f *testing.F) {
 		if err := os.WriteFile(fl.path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		want, parseErr := ParseWorkers(data, "")
+		want, parseErr := fleet.ParseWorkers(data, "")
 		var reloadErr error
 		if viaPoll {
-			fl.w.mu.Lock()
-			if reloadErr = fl.w.load(false); reloadErr == nil {
-				reloadErr = fl.w.load(false)
+			if reloadErr = fl.w.Poll(); reloadErr == nil {
+				reloadErr = fl.w.Poll()
 			}
-			fl.w.mu.Unlock()
 		} else {
 			reloadErr = fl.w.Reload()
 		}
@@ -203,39 +203,4 @@ func FuzzWorkersFileRewrite(f *testing.F) {
 			t.Fatalf("ready %v with %d workers", fl.srv.Ready(), len(want))
 		}
 	})
-}
-
-// TestFileWatcher_PollWaitsForTheFileToSettle: a file rewritten in place
-// can be read half-written; a cut that still parses (a port cut from 8000
-// to 80) used to be applied and route traffic to the wrong port. A poll
-// applies changed content only when the next poll reads it unchanged.
-func TestFileWatcher_PollWaitsForTheFileToSettle(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "workers.yaml")
-	write := func(s string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var applied []string
-	w := NewFileWatcher(path, func(ws []Worker) error {
-		applied = append(applied, ws[0].Address)
-		return nil
-	}, nil, 0)
-	poll := func() {
-		t.Helper()
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		_ = w.load(false)
-	}
-	full := "workers:\n- id: w0\n  address: 10.0.0.1:8000\n"
-	write(full[:len(full)-3]) // the writer is still at work: "10.0.0.1:80"
-	poll()
-	write(full)
-	poll()
-	poll()
-	poll()
-	if !slices.Equal(applied, []string{"10.0.0.1:8000"}) {
-		t.Fatalf("applied %q, want only the complete file", applied)
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -170,7 +171,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 // setup is everything the options resolve to.
 type setup struct {
 	cfg     extproc.Config
-	workers []extproc.Worker
+	workers []fleet.Worker
 	// warnings are valid but likely unintended settings; check-config
 	// prints them and serve logs them.
 	warnings []string
@@ -278,9 +279,9 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	add(err)
 	cfg.Tenancy = ten
 
-	var workers []extproc.Worker
+	var workers []fleet.Worker
 	if o.workersFile != "" {
-		workers, err = extproc.LoadWorkersFile(o.workersFile)
+		workers, err = fleet.LoadWorkersFile(o.workersFile)
 		add(err)
 	}
 	add(o.discovery.validate(o))

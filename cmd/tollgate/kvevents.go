@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/engine/kvevents"
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 // kvEventsOptions are the KV-event flags.
@@ -64,7 +64,7 @@ func (k *kvEventsOptions) validate() error {
 
 // checkWorkers refuses workers that name KV-event endpoints while KV events
 // are off: the key alone would be ignored.
-func (k *kvEventsOptions) checkWorkers(ws []extproc.Worker) error {
+func (k *kvEventsOptions) checkWorkers(ws []fleet.Worker) error {
 	if k.on() {
 		return nil
 	}

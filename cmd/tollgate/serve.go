@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 // runServe parses the serving flags and serves until ctx ends (SIGTERM or
@@ -96,7 +97,7 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 	wg.Go(func() { errc <- ignoreClosed(hs.Serve(ml)) })
 
 	if o.workersFile != "" {
-		w := extproc.NewFileWatcher(o.workersFile, srv.SetWorkers, log, 0)
+		w := fleet.NewFileWatcher(o.workersFile, srv.SetWorkers, log, 0)
 		wg.Go(func() { _ = w.Run(runCtx) })
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)

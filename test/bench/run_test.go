@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/sched/policy"
 )
 
@@ -32,7 +33,7 @@ func startExtProc(t *testing.T, upstream string, slots uint32, priorityYAML stri
 		}
 		cfg.Sched.Priority = pf.PriorityConfig()
 	}
-	srv, err := extproc.New(cfg, []extproc.Worker{{ID: "w0", Address: upstream, MaxRunningRequests: slots}})
+	srv, err := extproc.New(cfg, []fleet.Worker{{ID: "w0", Address: upstream, MaxRunningRequests: slots}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -96,14 +97,14 @@ func runEngineArm(ctx context.Context, cfg engineConfig, withMetrics bool) (*eng
 	st := &stack{}
 	defer st.close()
 	ws := workerSpec{maxNumSeqs: engineSeqs, prefillRate: 8000, decodeRate: 50}
-	var workers []extproc.Worker
+	var workers []fleet.Worker
 	for i := range engineWorkers {
 		sw, err := startWorker(ctx, fmt.Sprintf("worker-%d", i), ws, cfg.speed, cfg.log)
 		if err != nil {
 			return nil, err
 		}
 		st.workers = append(st.workers, sw)
-		workers = append(workers, extproc.Worker{ID: sw.id, Address: sw.addr, MaxRunningRequests: engineSeqs, Model: demoModel})
+		workers = append(workers, fleet.Worker{ID: sw.id, Address: sw.addr, MaxRunningRequests: engineSeqs, Model: demoModel})
 	}
 	scfg, err := engineServerConfig(serverSpec{seed: cfg.seed}, withMetrics, cfg.log)
 	if err != nil {

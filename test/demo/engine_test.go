@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 
@@ -91,7 +91,7 @@ func runFailover(t *testing.T, warm bool) []mockworker.Stats {
 		gate.Open()
 		st.close()
 	})
-	var workers []extproc.Worker
+	var workers []fleet.Worker
 	for i := range 2 {
 		sw, err := startWorker(ctx, fmt.Sprintf("worker-%d", i), workerSpec{
 			maxNumSeqs: 4, prefillRate: 8000, decodeRate: 50, hold: hold, naming: "sglang",
@@ -100,7 +100,7 @@ func runFailover(t *testing.T, warm bool) []mockworker.Stats {
 			t.Fatal(err)
 		}
 		st.workers = append(st.workers, sw)
-		workers = append(workers, extproc.Worker{ID: sw.id, Address: sw.addr, Model: demoModel})
+		workers = append(workers, fleet.Worker{ID: sw.id, Address: sw.addr, Model: demoModel})
 	}
 	// The old server's requests: three in flight on each worker.
 	var old sync.WaitGroup
@@ -202,7 +202,7 @@ func TestEngine_ScrapeOutageNeverHaltsDispatch(t *testing.T) {
 	}
 	st := &stack{}
 	t.Cleanup(st.close)
-	var workers []extproc.Worker
+	var workers []fleet.Worker
 	reasons := []string{"timeout", "http_status", "parse"}
 	for i, reason := range reasons {
 		sw, err := startWorker(ctx, fmt.Sprintf("worker-%d", i), workerSpec{maxNumSeqs: 4, prefillRate: 8000, decodeRate: 50}, 1, log)
@@ -212,7 +212,7 @@ func TestEngine_ScrapeOutageNeverHaltsDispatch(t *testing.T) {
 		st.workers = append(st.workers, sw)
 		metrics := httptest.NewServer(bad[reason])
 		t.Cleanup(metrics.Close)
-		workers = append(workers, extproc.Worker{ID: sw.id, Address: sw.addr, Model: demoModel, MetricsURL: metrics.URL + "/metrics"})
+		workers = append(workers, fleet.Worker{ID: sw.id, Address: sw.addr, Model: demoModel, MetricsURL: metrics.URL + "/metrics"})
 	}
 	cfg, err := engineServerConfig(serverSpec{priority: true, seed: 1}, true, log)
 	if err != nil {

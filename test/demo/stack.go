@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/engine/kvevents"
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/test/envoysim"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
@@ -112,14 +113,14 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 			st = nil
 		}
 	}()
-	var workers []extproc.Worker
+	var workers []fleet.Worker
 	for i := range ws.count {
 		sw, err := startWorker(ctx, fmt.Sprintf("worker-%d", i), ws, speed, log)
 		if err != nil {
 			return st, err
 		}
 		st.workers = append(st.workers, sw)
-		ew := extproc.Worker{
+		ew := fleet.Worker{
 			ID:                  sw.id,
 			Address:             sw.addr,
 			MaxRunningRequests:  uint32(ws.maxNumSeqs),
@@ -145,7 +146,7 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 
 // startServer starts the tollgate server over workers and the simulated
 // Envoy in front of it. The caller closes st on error.
-func (st *stack) startServer(ctx context.Context, cfg extproc.Config, workers []extproc.Worker) error {
+func (st *stack) startServer(ctx context.Context, cfg extproc.Config, workers []fleet.Worker) error {
 	srv, err := extproc.New(cfg, workers)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/extproc/request/tokenize"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/test/envoysim"
@@ -414,7 +415,7 @@ func TestWorkerReloadRemovingPinnedWorker(t *testing.T) {
 		if err := os.WriteFile(path, []byte("workers:\n- {id: w0, address: \""+s.list[0].Address+"\", max_running_requests: 1, model: llama}\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := extproc.NewFileWatcher(path, s.srv.SetWorkers, nil, 0).Reload(); err != nil {
+		if err := fleet.NewFileWatcher(path, s.srv.SetWorkers, nil, 0).Reload(); err != nil {
 			t.Fatal(err)
 		}
 		res := s.await(pinned)

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/envoy"
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/engine/kvevents"
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 	"github.com/tollgate/tollgate/test/envoysim"
@@ -116,7 +117,7 @@ type stack struct {
 	sim     *envoysim.Sim
 	workers []*mockworker.Worker
 	gate    *mockworker.Gate
-	list    []extproc.Worker
+	list    []fleet.Worker
 	kv      *kvevents.Manager
 }
 
@@ -159,7 +160,7 @@ func newStack(t *testing.T, o options) *stack {
 		if o.deadWorker || slices.Contains(o.deadWorkers, i) {
 			addr = st.deadAddress()
 		}
-		ew := extproc.Worker{ID: wc.ID, Address: addr, MaxRunningRequests: o.maxRunning, Model: model}
+		ew := fleet.Worker{ID: wc.ID, Address: addr, MaxRunningRequests: o.maxRunning, Model: model}
 		if o.anyModel {
 			ew.Model = ""
 		}

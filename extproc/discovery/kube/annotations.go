@@ -10,9 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
 	"github.com/tollgate/tollgate/extproc/engine/kvevents"
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 // Pod annotations that describe a worker. A pod without one gets the
@@ -103,8 +103,8 @@ func (d Defaults) Validate() error {
 // reported with every problem joined and gets no worker: guessing its
 // capacity could overbook it, and a fallback id would silently break pins
 // (see the package documentation).
-func podWorker(pod *corev1.Pod, d Defaults) (extproc.Worker, error) {
-	w := extproc.Worker{
+func podWorker(pod *corev1.Pod, d Defaults) (fleet.Worker, error) {
+	w := fleet.Worker{
 		ID:                  pod.Namespace + "/" + pod.Name,
 		MaxRunningRequests:  d.MaxRunningRequests,
 		MaxNumBatchedTokens: d.MaxNumBatchedTokens,
@@ -186,7 +186,7 @@ func podWorker(pod *corev1.Pod, d Defaults) (extproc.Worker, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return extproc.Worker{}, errors.Join(errs...)
+		return fleet.Worker{}, errors.Join(errs...)
 	}
 	return w, nil
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 func TestPodWorker_AnnotationsOverrideDefaults(t *testing.T) {
@@ -15,11 +15,11 @@ func TestPodWorker_AnnotationsOverrideDefaults(t *testing.T) {
 	tests := []struct {
 		name string
 		give []string
-		want extproc.Worker
+		want fleet.Worker
 	}{
 		{
 			name: "no annotations take every default and the namespaced pod name",
-			want: extproc.Worker{ID: "llm/p0", MaxRunningRequests: 32, MaxNumBatchedTokens: 8192, DPSize: 2, Model: "llama"},
+			want: fleet.Worker{ID: "llm/p0", MaxRunningRequests: 32, MaxNumBatchedTokens: 8192, DPSize: 2, Model: "llama"},
 		},
 		{
 			name: "every annotation",
@@ -33,19 +33,19 @@ func TestPodWorker_AnnotationsOverrideDefaults(t *testing.T) {
 				AnnotationModel, "qwen",
 				AnnotationMetricsURL, ":9400/metrics",
 			},
-			want: extproc.Worker{ID: "gpu-node-7", MaxRunningRequests: 128, MaxNumBatchedTokens: 16384, DPSize: 4,
+			want: fleet.Worker{ID: "gpu-node-7", MaxRunningRequests: 128, MaxNumBatchedTokens: 16384, DPSize: 4,
 				DPStartRank: 8, Taints: []string{"h100", "long-context"}, Model: "qwen", MetricsURL: ":9400/metrics"},
 		},
 		{
 			name: "kv events on a port of the pod's IP, replay as a full endpoint",
 			give: []string{AnnotationKVEventsEndpoint, "5557", AnnotationKVEventsReplayEndpoint, "tcp://10.0.0.9:5558"},
-			want: extproc.Worker{ID: "llm/p0", MaxRunningRequests: 32, MaxNumBatchedTokens: 8192, DPSize: 2, Model: "llama",
+			want: fleet.Worker{ID: "llm/p0", MaxRunningRequests: 32, MaxNumBatchedTokens: 8192, DPSize: 2, Model: "llama",
 				KVEventsEndpoint: "tcp://10.0.0.1:5557", KVEventsReplayEndpoint: "tcp://10.0.0.9:5558"},
 		},
 		{
 			name: "empty model serves every model and empty taints are none",
 			give: []string{AnnotationModel, "", AnnotationTaints, ""},
-			want: extproc.Worker{ID: "llm/p0", MaxRunningRequests: 32, MaxNumBatchedTokens: 8192, DPSize: 2},
+			want: fleet.Worker{ID: "llm/p0", MaxRunningRequests: 32, MaxNumBatchedTokens: 8192, DPSize: 2},
 		},
 	}
 	for _, tt := range tests {

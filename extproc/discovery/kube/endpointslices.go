@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 // SliceSelection says which EndpointSlices describe the workers and which
@@ -221,7 +221,7 @@ func (b *sliceBuilder) build() snapshot {
 			b.collect(es, ep, port, byPod, notes)
 		}
 	}
-	var ws []extproc.Worker
+	var ws []fleet.Worker
 	for name, e := range byPod {
 		if !e.serving {
 			continue

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 func TestMain(m *testing.M) {
@@ -30,22 +30,22 @@ const ns = "llm"
 // recorder is a SourceConfig.Apply that keeps every set it was given and
 // optionally passes it on.
 type recorder struct {
-	next func([]extproc.Worker) error
+	next func([]fleet.Worker) error
 
 	mu   sync.Mutex
-	sets [][]extproc.Worker
+	sets [][]fleet.Worker
 	// changed is closed and replaced on every call.
 	changed chan struct{}
 }
 
-func newRecorder(next func([]extproc.Worker) error) *recorder {
+func newRecorder(next func([]fleet.Worker) error) *recorder {
 	if next == nil {
-		next = extproc.ValidateWorkers
+		next = fleet.ValidateWorkers
 	}
 	return &recorder{next: next, changed: make(chan struct{})}
 }
 
-func (r *recorder) apply(ws []extproc.Worker) error {
+func (r *recorder) apply(ws []fleet.Worker) error {
 	err := r.next(ws)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -65,7 +65,7 @@ func (r *recorder) calls() int {
 }
 
 // last returns the last applied set and whether there is one.
-func (r *recorder) last() ([]extproc.Worker, bool) {
+func (r *recorder) last() ([]fleet.Worker, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.sets) == 0 {
@@ -75,7 +75,7 @@ func (r *recorder) last() ([]extproc.Worker, bool) {
 }
 
 // await waits until the last applied set, summarized, equals want.
-func (r *recorder) await(t *testing.T, want string) []extproc.Worker {
+func (r *recorder) await(t *testing.T, want string) []fleet.Worker {
 	t.Helper()
 	deadline := time.NewTimer(5 * time.Second)
 	defer deadline.Stop()
@@ -106,7 +106,7 @@ func settle() {
 }
 
 // summary renders a worker set as "id@address ..." for compact checks.
-func summary(ws []extproc.Worker) string {
+func summary(ws []fleet.Worker) string {
 	parts := make([]string, len(ws))
 	for i, w := range ws {
 		parts[i] = w.ID + "@" + w.Address

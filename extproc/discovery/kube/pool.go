@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 // InferencePoolGVR is the Gateway API Inference Extension's InferencePool
@@ -196,7 +196,7 @@ func (b *poolBuilder) build() snapshot {
 	if p.failOpen {
 		notes[subject+" endpointPickerRef"] = fmt.Sprintf("the pool names %s: while tollgate is unreachable the gateway routes around admission", p.picker)
 	}
-	var ws []extproc.Worker
+	var ws []fleet.Worker
 	for _, pod := range matchingPods(b.pods, p.selector) {
 		if pod.Namespace != b.ns || !podServing(pod) {
 			continue

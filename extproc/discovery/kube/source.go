@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 // SourceConfig is what every worker source needs.
@@ -30,7 +30,7 @@ type SourceConfig struct {
 	// Apply installs a complete worker set; normally
 	// (*extproc.Server).SetWorkers. It must validate the whole set and
 	// leave the current one in force when it returns an error. Required.
-	Apply func([]extproc.Worker) error
+	Apply func([]fleet.Worker) error
 	// Logger receives the source's logs. Nil discards them.
 	Logger *slog.Logger
 	// Debounce is how long to wait after a change before rebuilding.

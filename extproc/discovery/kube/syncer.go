@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 // DefaultDebounce is how long a source waits after a change before it
@@ -20,7 +20,7 @@ const DefaultDebounce = 200 * time.Millisecond
 // snapshot is one build of the desired worker set from the caches.
 type snapshot struct {
 	// workers is the full set, sorted by ID.
-	workers []extproc.Worker
+	workers []fleet.Worker
 	// notes maps a subject ("pod ns/name", "EndpointSlice ns/name") to a
 	// problem an operator should fix: why it contributes no worker, or what
 	// of it is ignored.
@@ -36,12 +36,12 @@ type snapshot struct {
 // goroutine that calls run.
 type syncer struct {
 	build    func() snapshot
-	apply    func([]extproc.Worker) error
+	apply    func([]fleet.Worker) error
 	log      *slog.Logger
 	debounce time.Duration
 
 	// applied is the set in force; valid once hasApplied.
-	applied    []extproc.Worker
+	applied    []fleet.Worker
 	hasApplied bool
 	// rejected is the text of the last apply or build error logged.
 	rejected string
@@ -129,8 +129,8 @@ func (s *syncer) report(notes map[string]string) {
 
 // diffWorkers names the workers added, removed and changed from old to
 // cur; both are sorted by ID.
-func diffWorkers(old, cur []extproc.Worker) (added, removed, changed []string) {
-	byID := make(map[string]extproc.Worker, len(old))
+func diffWorkers(old, cur []fleet.Worker) (added, removed, changed []string) {
+	byID := make(map[string]fleet.Worker, len(old))
 	for _, w := range old {
 		byID[w.ID] = w
 	}
@@ -150,8 +150,8 @@ func diffWorkers(old, cur []extproc.Worker) (added, removed, changed []string) {
 
 // sortWorkers orders ws by ID, then address, so that equal sets compare
 // equal.
-func sortWorkers(ws []extproc.Worker) {
-	slices.SortFunc(ws, func(a, b extproc.Worker) int {
+func sortWorkers(ws []fleet.Worker) {
+	slices.SortFunc(ws, func(a, b fleet.Worker) int {
 		if c := strings.Compare(a.ID, b.ID); c != 0 {
 			return c
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 // fakeBuild returns the snapshot set last and counts builds.
@@ -42,7 +42,7 @@ func (f *fakeBuild) count() int {
 
 func TestSyncer_DebouncesBursts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fb := &fakeBuild{cur: snapshot{workers: []extproc.Worker{{ID: "a", Address: "10.0.0.1:80"}}}}
+		fb := &fakeBuild{cur: snapshot{workers: []fleet.Worker{{ID: "a", Address: "10.0.0.1:80"}}}}
 		rec := newRecorder(nil)
 		s := &syncer{build: fb.build, apply: rec.apply, log: slog.New(slog.DiscardHandler), debounce: 200 * time.Millisecond}
 		kick := make(chan struct{}, 1)
@@ -63,7 +63,7 @@ func TestSyncer_DebouncesBursts(t *testing.T) {
 
 		// A burst of 30 changes over 150 ms is one rebuild, 200 ms after
 		// the first.
-		fb.set(snapshot{workers: []extproc.Worker{{ID: "a", Address: "10.0.0.1:80"}, {ID: "b", Address: "10.0.0.2:80"}}})
+		fb.set(snapshot{workers: []fleet.Worker{{ID: "a", Address: "10.0.0.1:80"}, {ID: "b", Address: "10.0.0.2:80"}}})
 		for range 30 {
 			poke()
 			time.Sleep(5 * time.Millisecond)
@@ -95,16 +95,16 @@ func TestSyncer_KeepsTheSetOnErrors(t *testing.T) {
 	fb := &fakeBuild{}
 	failing := errors.New("extproc: worker \"x\": duplicate id")
 	var applyErr error
-	var applied [][]extproc.Worker
-	s := &syncer{build: fb.build, log: logs.logger(), apply: func(ws []extproc.Worker) error {
+	var applied [][]fleet.Worker
+	s := &syncer{build: fb.build, log: logs.logger(), apply: func(ws []fleet.Worker) error {
 		if applyErr != nil {
 			return applyErr
 		}
 		applied = append(applied, ws)
 		return nil
 	}}
-	one := []extproc.Worker{{ID: "a", Address: "10.0.0.1:80"}}
-	two := []extproc.Worker{{ID: "a", Address: "10.0.0.1:80"}, {ID: "b", Address: "10.0.0.2:80"}}
+	one := []fleet.Worker{{ID: "a", Address: "10.0.0.1:80"}}
+	two := []fleet.Worker{{ID: "a", Address: "10.0.0.1:80"}, {ID: "b", Address: "10.0.0.2:80"}}
 
 	fb.cur = snapshot{workers: one}
 	s.sync()
@@ -118,7 +118,7 @@ func TestSyncer_KeepsTheSetOnErrors(t *testing.T) {
 	fb.cur = snapshot{workers: two}
 	s.sync()
 
-	if diff := cmp.Diff([][]extproc.Worker{one, two}, applied); diff != "" {
+	if diff := cmp.Diff([][]fleet.Worker{one, two}, applied); diff != "" {
 		t.Errorf("applied (-want +got):\n%s", diff)
 	}
 	if n := logs.count("worker set rejected"); n != 1 {
@@ -133,8 +133,8 @@ func TestSyncer_KeepsTheSetOnErrors(t *testing.T) {
 }
 
 func TestDiffWorkers(t *testing.T) {
-	old := []extproc.Worker{{ID: "a"}, {ID: "b", MaxRunningRequests: 1}, {ID: "c"}}
-	cur := []extproc.Worker{{ID: "b", MaxRunningRequests: 2}, {ID: "c"}, {ID: "d"}}
+	old := []fleet.Worker{{ID: "a"}, {ID: "b", MaxRunningRequests: 1}, {ID: "c"}}
+	cur := []fleet.Worker{{ID: "b", MaxRunningRequests: 2}, {ID: "c"}, {ID: "d"}}
 	added, removed, changed := diffWorkers(old, cur)
 	if diff := cmp.Diff([][]string{{"d"}, {"a"}, {"b"}}, [][]string{added, removed, changed}); diff != "" {
 		t.Errorf("added, removed, changed (-want +got):\n%s", diff)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/sched/policy"
 )
 
@@ -99,8 +100,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 // harnessConfig builds the server configuration of `tollgate serve` with
 // default flags, --tokenizer=estimate, --drain-delay 0, the given workers
 // file and, when priorityFile is set, --priority-scheduler-enabled with it.
-func harnessConfig(log *slog.Logger, workersFile, priorityFile string) (extproc.Config, []extproc.Worker, error) {
-	workers, err := extproc.LoadWorkersFile(workersFile)
+func harnessConfig(log *slog.Logger, workersFile, priorityFile string) (extproc.Config, []fleet.Worker, error) {
+	workers, err := fleet.LoadWorkersFile(workersFile)
 	if err != nil {
 		return extproc.Config{}, nil, err
 	}

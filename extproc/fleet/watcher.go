@@ -1,4 +1,4 @@
-package extproc
+package fleet
 
 import (
 	"bytes"
@@ -38,14 +38,14 @@ type FileWatcher struct {
 }
 
 // NewFileWatcher returns a watcher that loads path into apply (normally
-// Server.SetWorkers). period 0 means DefaultWorkersPollInterval. It does not
+// Server.SetWorkers). period 0 means DefaultPollInterval. It does not
 // read the file until Reload or Run.
 func NewFileWatcher(path string, apply func([]Worker) error, log *slog.Logger, period time.Duration) *FileWatcher {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if period <= 0 {
-		period = DefaultWorkersPollInterval
+		period = DefaultPollInterval
 	}
 	return &FileWatcher{path: path, apply: apply, log: log, period: period}
 }
@@ -58,6 +58,14 @@ func (w *FileWatcher) Reload() error {
 	return w.load(true)
 }
 
+// Poll is one of Run's polls: it applies the file when its content
+// changed since the last poll and reads the same as at the poll before.
+func (w *FileWatcher) Poll() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.load(false)
+}
+
 // Run polls the file until ctx ends, applying it whenever its content
 // changes. It returns ctx's error.
 func (w *FileWatcher) Run(ctx context.Context) error {
@@ -68,9 +76,7 @@ func (w *FileWatcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			w.mu.Lock()
-			_ = w.load(false) // logged inside
-			w.mu.Unlock()
+			_ = w.Poll() // logged inside
 		}
 	}
 }
@@ -100,7 +106,7 @@ func (w *FileWatcher) load(force bool) error {
 	ws, err := ParseWorkers(data, w.path) // every problem names the file
 	if err == nil {
 		if err = w.apply(ws); err != nil {
-			err = fmt.Errorf("extproc: workers file %s: %w", w.path, err)
+			err = fmt.Errorf("fleet: workers file %s: %w", w.path, err)
 		}
 	}
 	if err != nil {
@@ -110,3 +116,6 @@ func (w *FileWatcher) load(force bool) error {
 	w.log.Info("worker set loaded", "path", w.path, "workers", len(ws))
 	return nil
 }
+
+// DefaultPollInterval is how often a FileWatcher checks its file.
+const DefaultPollInterval = 2 * time.Second

@@ -1,4 +1,4 @@
-package extproc
+package fleet
 
 import (
 	"bytes"
@@ -46,27 +46,27 @@ workers:
 	if diff := cmp.Diff(want, ws); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
-	set, err := newWorkerSet(ws)
+	set, err := NewSet(ws)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tg, ok := set.target("w0", 5); !ok || tg.address != "10.0.0.7:8000" || !tg.multiRank || tg.rank != 5 {
-		t.Errorf("target w0: %+v %v", tg, ok)
+	if a, ok := set.Addr("w0"); !ok || a.Address != "10.0.0.7:8000" || a.Ranks != 2 {
+		t.Errorf("addr w0: %+v %v", a, ok)
 	}
-	if tg, _ := set.target("w1", 0); tg.multiRank || tg.address != "[fd00::1]:8000" {
-		t.Errorf("target w1: %+v", tg)
+	if a, _ := set.Addr("w1"); a.Ranks != 1 || a.Address != "[fd00::1]:8000" {
+		t.Errorf("addr w1: %+v", a)
 	}
 	wantTargets := []enginemetrics.Target{
 		{Worker: "w0", URL: "http://10.0.0.7:8000/metrics", DPStart: 4, DPSize: 2},
 		{Worker: "w1", URL: "http://[fd00::1]:9400/engine"},
 	}
-	if diff := cmp.Diff(wantTargets, set.targets); diff != "" {
+	if diff := cmp.Diff(wantTargets, set.Targets); diff != "" {
 		t.Errorf("metrics targets (-want +got):\n%s", diff)
 	}
-	if _, ok := set.target("w9", 0); ok {
+	if _, ok := set.Addr("w9"); ok {
 		t.Error("unknown worker resolved")
 	}
-	if s := set.sched[0]; s.ID != "w0" || s.DPSize != 2 || s.DPStart != 4 || s.MaxRunningRequests != 32 || s.MaxBatchedTokens != 8192 || s.Model != "llama" {
+	if s := set.Sched[0]; s.ID != "w0" || s.DPSize != 2 || s.DPStart != 4 || s.MaxRunningRequests != 32 || s.MaxBatchedTokens != 8192 || s.Model != "llama" {
 		t.Errorf("sched worker %+v", s)
 	}
 }
@@ -246,17 +246,5 @@ func TestLoadWorkersFile(t *testing.T) {
 	}
 	if _, err := LoadWorkersFile(path); err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("bad file: %v", err)
-	}
-}
-
-func TestParseClientIPSource(t *testing.T) {
-	for in, want := range map[string]ClientIPSource{"": ClientIPSourceAddress, "source-address": ClientIPSourceAddress, "x-forwarded-for": ClientIPForwardedFor} {
-		got, err := ParseClientIPSource(in)
-		if err != nil || got != want || (in != "" && got.String() != in) {
-			t.Errorf("ParseClientIPSource(%q) = %v %v", in, got, err)
-		}
-	}
-	if _, err := ParseClientIPSource("peer"); err == nil {
-		t.Error("unknown source accepted")
 	}
 }

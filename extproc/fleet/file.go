@@ -1,10 +1,12 @@
-package extproc
+package fleet
 
 import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 
@@ -12,6 +14,68 @@ import (
 
 	"github.com/tollgate/tollgate/sched/policy"
 )
+
+// MaxWorkersFileBytes bounds the size of a workers file read.
+const MaxWorkersFileBytes = 4 << 20
+
+// LoadWorkersFile reads and validates a workers file:
+//
+//	workers:
+//	- {id: w0, address: "10.0.0.7:8000", max_running_requests: 64, dp_size: 2, model: llama}
+//
+// It reports every problem of the file, joined, each as
+// "PATH:LINE:COLUMN: problem" (see ParseWorkers).
+func LoadWorkersFile(path string) ([]Worker, error) {
+	data, err := readWorkersFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWorkers(data, path)
+}
+
+// readWorkersFile reads at most MaxWorkersFileBytes of path; a longer file
+// (or a device such as /dev/zero) is an error.
+func readWorkersFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: workers file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxWorkersFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("fleet: workers file: %w", err)
+	}
+	if len(data) > MaxWorkersFileBytes {
+		return nil, fmt.Errorf("fleet: workers file %s is larger than %d bytes", path, MaxWorkersFileBytes)
+	}
+	return data, nil
+}
+
+// ParseWorkers decodes and validates the content of a workers file; name
+// is how problems name the file ("workers file" when empty). It is read as
+// the policy files are (policy.YAMLReader): one YAML document with a
+// workers key whose value is a list (workers: [] for none); an empty or
+// null document, a null workers value, a second document, unknown and
+// duplicate keys are errors. Every problem is reported, joined, each as
+// "NAME:LINE:COLUMN: problem", in the file's order: the worker, the key,
+// and the valid keys or the range.
+func ParseWorkers(data []byte, name string) ([]Worker, error) {
+	if name == "" {
+		name = "workers file"
+	}
+	if len(data) > MaxWorkersFileBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", name, MaxWorkersFileBytes)
+	}
+	ws, problems := readWorkers(data)
+	if len(problems) == 0 {
+		return ws, nil
+	}
+	errs := make([]error, len(problems))
+	for i, p := range problems {
+		errs[i] = p.in(name)
+	}
+	return nil, errors.Join(errs...)
+}
 
 // This file reads the workers file node by node with the policy files'
 // reader (policy.YAMLReader), so that every problem carries its line and
