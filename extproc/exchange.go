@@ -268,7 +268,7 @@ func (x *exchange) waiting() bool { return x.stage == stageWaiting }
 // it is in flight, has no first token, and its class can be a victim. The
 // stream loop then also watches for notices while it receives.
 func (x *exchange) preemptible() bool {
-	return x.adm.inFlight() && !x.adm.firstToken && x.p.preemptible[x.adm.decision.action.Priority]
+	return x.adm.inFlight() && !x.adm.firstToken && x.adm.decision.action.Preemptible
 }
 
 // onExpire acts at the deadline: extend Envoy's timer once if it allows,

@@ -619,17 +619,16 @@ func TestExchange_SubmitAfterTheClientLeft(t *testing.T) {
 }
 
 // preemptible builds an admitted exchange of the default class (which
-// interactive may preempt) in the given response mode.
+// interactive may preempt, so the scheduler marks its dispatch) in the
+// given response mode.
 func preemptible(t *testing.T, p proto) (*exchange, *fakeEnv) {
 	t.Helper()
 	x, env, _ := newTestExchange(t, testConfig(func(c *Config) { c.Sched.Priority = sched.DefaultPriorityConfig() }))
 	feed(t, x, reqHeaders(p, "POST", "/v1/chat/completions", false))
-	if p.req == modeStreamed || p.req == modeDuplex {
-		feed(t, x, reqBody(chatBody, true))
-	} else {
-		feed(t, x, reqBody(chatBody, true))
-	}
-	tell(x, t0, dispatched(false))
+	feed(t, x, reqBody(chatBody, true))
+	d := dispatched(false)
+	d.decision.action.Preemptible = true
+	tell(x, t0, d)
 	return x, env
 }
 

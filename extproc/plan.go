@@ -53,8 +53,6 @@ type planner struct {
 	prompts    *promptTokenizer
 	prefix     *prefixCache
 	metrics    *metrics
-	// preemptible[p] is true when some class above p may preempt.
-	preemptible [sched.NumPriorities]bool
 	// queueTimeout[p] is class p's queue timeout, 0 when admission is off.
 	queueTimeout [sched.NumPriorities]time.Duration
 	// objectives is the objective mapping in force: cfg.Objectives merged
@@ -97,11 +95,6 @@ func newPlanner(cfg *Config, tok Tokenizer, m *metrics) (*planner, error) {
 	if pc := cfg.Sched.Priority; pc.Enabled {
 		for v := range sched.Priority(sched.NumPriorities) {
 			p.queueTimeout[v] = pc.Classes[v].QueueTimeout
-			for by := v + 1; by < sched.NumPriorities; by++ {
-				if pc.Classes[by].CanPreempt {
-					p.preemptible[v] = true
-				}
-			}
 		}
 	}
 	return p, nil

@@ -539,12 +539,27 @@ func (s *Scheduler) admit(e *entry, queued bool, t instant) {
 	}
 	a := s.emit(ActionDispatch, e, OutcomeAdmitted)
 	a.Worker, a.Rank = r.key.worker, r.key.rank
+	a.Preemptible = s.canBeVictim(e.prio)
 	if s.cfg.Fallbacks > 0 && !e.lane.exact() {
 		a.Fallbacks = s.fallbacks(e, r)
 	}
 	if queued {
 		a.Queued, a.Wait = true, t-e.enq
 	}
+}
+
+// canBeVictim reports whether a dispatch of class p can be chosen as a
+// victim: priority admission is on and some class above p may preempt.
+func (s *Scheduler) canBeVictim(p Priority) bool {
+	if !s.cfg.Priority.Enabled {
+		return false
+	}
+	for by := p + 1; by < NumPriorities; by++ {
+		if s.cfg.Priority.Classes[by].CanPreempt {
+			return true
+		}
+	}
+	return false
 }
 
 // finish rejects the queued or arriving e with outcome, counts it and

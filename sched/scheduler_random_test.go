@@ -65,6 +65,8 @@ type simDriver struct {
 	ends   map[uint64]int // terminal outcomes per request (must end at 1)
 	live   []uint64       // queued or in-flight IDs, for random picks
 	victim []uint64       // preempted requests the driver must end
+	// preemptible holds the dispatches marked Preemptible.
+	preemptible map[uint64]bool
 	pool   []Worker
 	// allowance is how far in-flight may exceed capacity after a shrink.
 	allowance uint32
@@ -74,7 +76,7 @@ type simDriver struct {
 // newSimDriver builds a random configuration and worker set from src, which
 // then drives the operations.
 func newSimDriver(src simSource) (*simDriver, error) {
-	d := &simDriver{src: src, now: simT0, status: map[uint64]simStatus{}, ends: map[uint64]int{}}
+	d := &simDriver{src: src, now: simT0, status: map[uint64]simStatus{}, ends: map[uint64]int{}, preemptible: map[uint64]bool{}}
 	for i := range 5 {
 		w := Worker{
 			ID:                 fmt.Sprintf("w%d", i),
@@ -403,6 +405,9 @@ func (d *simDriver) apply(acts []Action, submitted uint64) error {
 				return fmt.Errorf("dispatch of queued %d without Queued", a.ID)
 			}
 			d.status[a.ID] = simInFlight
+			if a.Preemptible {
+				d.preemptible[a.ID] = true
+			}
 			if arriving {
 				d.live = append(d.live, a.ID)
 			}
@@ -418,6 +423,9 @@ func (d *simDriver) apply(acts []Action, submitted uint64) error {
 			}
 			if a.By <= a.Priority {
 				return fmt.Errorf("preemption of a %s request by %s", a.Priority, a.By)
+			}
+			if !d.preemptible[a.ID] {
+				return fmt.Errorf("preemption of %d, whose dispatch was not marked preemptible", a.ID)
 			}
 			d.victim = append(d.victim, a.ID)
 		case ActionQueue:

@@ -289,3 +289,35 @@ func simWantDeadline(t *testing.T, s *Scheduler, d time.Duration) {
 }
 
 func simItoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// TestDispatch_PreemptibleMark: a dispatch is marked preemptible exactly
+// when some class above it may preempt (the victim rule's own condition),
+// for every combination of can_preempt flags, and never with priority
+// admission off.
+func TestDispatch_PreemptibleMark(t *testing.T) {
+	for mask := range 1 << NumPriorities {
+		cfg := simSMG(func(pc *PriorityConfig) {
+			simZeroFloors(pc)
+			for p := range Priority(NumPriorities) {
+				pc.Classes[p].CanPreempt = mask&(1<<p) != 0
+			}
+		})
+		for _, enabled := range []bool{true, false} {
+			cfg.Priority.Enabled = enabled
+			h := newSim(t, cfg, simWorker("w", 16))
+			for p := range Priority(NumPriorities) {
+				as := h.s.Submit(h.now, simReq(uint64(p)+1, p, 64))
+				if len(as) != 1 || as[0].Kind != ActionDispatch {
+					t.Fatalf("mask %b: %v", mask, simRender(as))
+				}
+				want := false
+				for by := p + 1; enabled && by < NumPriorities; by++ {
+					want = want || mask&(1<<by) != 0
+				}
+				if as[0].Preemptible != want {
+					t.Errorf("mask %04b enabled %v class %v: preemptible %v, want %v", mask, enabled, p, as[0].Preemptible, want)
+				}
+			}
+		}
+	}
+}

@@ -242,6 +242,11 @@ type Action struct {
 	// Message explains OutcomeNoEndpoints and OutcomePinInvalid, with the
 	// upstream error text.
 	Message string
+	// Preemptible is set on a dispatch that can still be preempted until
+	// its first token: priority admission is on and some class above the
+	// request's may preempt. The shell holds such a request's response
+	// headers so that a preemption can still answer it.
+	Preemptible bool
 	// Cost snapshot taken at Submit, for dispatches.
 	ISL      uint64
 	Cached   uint64
