@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/sched"
 )
@@ -288,6 +288,23 @@ func sortHeaders(h []*corev3.HeaderValueOption) {
 }
 
 // bodyTooLarge is the 413 rejection for a body over limit bytes.
-func bodyTooLarge(limit int) *rejection {
-	return &rejection{reason: reasonBodyTooLarge, message: "request body exceeds the limit of " + strconv.Itoa(limit) + " bytes"}
+func bodyTooLarge(limit int) *rejection { return fromIntake(intake.BodyTooLarge(limit)) }
+
+// intakeReasons maps intake's reasons to rows of the table.
+var intakeReasons = map[intake.Reason]reason{
+	intake.ReasonBadRequest:   reasonBadRequest,
+	intake.ReasonUnauthorized: reasonUnauthorized,
+	intake.ReasonBodyTooLarge: reasonBodyTooLarge,
+}
+
+// fromIntake is the answer to intake's refusal of a request.
+func fromIntake(r *intake.Rejection) *rejection {
+	return &rejection{reason: intakeReasons[r.Reason], message: r.Message, param: r.Param, errType: r.Type, errCode: r.Code}
+}
+
+// Answer returns the HTTP status and JSON body serve answers an intake
+// refusal with (tollgate tokenize prints them).
+func Answer(r *intake.Rejection) (status int, body []byte) {
+	rej := fromIntake(r)
+	return rej.httpStatus(), rej.body()
 }

@@ -2,6 +2,8 @@ package extproc
 
 import (
 	"testing"
+
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 // BenchmarkExchange_BufferedRequest measures the shell's per-request work
@@ -9,16 +11,8 @@ import (
 // prefix lookup), the route, and the response path.
 func BenchmarkExchange_BufferedRequest(b *testing.B) {
 	cfg := testConfig(nil)
-	m := newMetrics(cfg.TenantMetricTopN, nil)
-	tok, err := defaultTokenizer()
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := newPlanner(&cfg, tok, m)
-	if err != nil {
-		b.Fatal(err)
-	}
-	env := &fakeEnv{dest: target{worker: "w0", address: "10.0.0.7:8000"}, destOK: true}
+	p := newTestDeps(b, cfg)
+	env := &fakeEnv{dest: fleet.Target{Worker: "w0", Address: "10.0.0.7:8000"}, destOK: true}
 	p0 := proto{req: modeBuffered, resp: modeStreamed}
 	hdr := reqHeaders(p0, "POST", "/v1/chat/completions", false, "x-smg-priority", "interactive")
 	body := reqBody(chatBody, true)

@@ -13,7 +13,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
-	"github.com/tollgate/tollgate/extproc/engine/kvevents"
+	"github.com/tollgate/tollgate/extproc/intake"
 
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
@@ -34,14 +34,6 @@ const (
 	// DefaultEnvoyTimeoutMargin is how long before Envoy's message timer
 	// would fire tollgate answers a held message.
 	DefaultEnvoyTimeoutMargin = 100 * time.Millisecond
-	// DefaultRouterTTL is how long a routed prefix stays in the approximate
-	// prefix index (--router-ttl-secs).
-	DefaultRouterTTL = 120 * time.Second
-	// DefaultPrefixMaxEntries bounds the prefix index.
-	DefaultPrefixMaxEntries = 1 << 20
-	// DefaultPrefixBytesPerToken is the bytes-per-token estimate that sizes
-	// byte blocks when the tokenizer only estimates counts.
-	DefaultPrefixBytesPerToken = 4
 	// DefaultTenantMetricTopN bounds the distinct tenant label values
 	// (--priority-scheduler-tenant-metric-top-n).
 	DefaultTenantMetricTopN = 32
@@ -127,11 +119,11 @@ type Config struct {
 
 	// Tenancy resolves tenants and clamps priorities. Nil means no tenant
 	// keys, no trusted tenant header and default-max-class "default".
-	Tenancy *Tenancy
+	Tenancy *intake.Tenancy
 
 	// Fairness selects the fairness key of flows inside a lane
-	// (--fairness); FairnessNone, the default, keeps Dynamo's lanes. Any
-	// other mode turns Sched.Fairness on.
+	// (--fairness); FairnessNone, the default, keeps Dynamo's lanes. It is
+	// the one switch of fairness: Sched.Fairness.Enabled follows it.
 	Fairness policy.FairnessMode
 	// Objectives maps objective header values to priority classes
 	// (--objective-class); the tenant clamp still applies. They win over
@@ -169,7 +161,7 @@ type Config struct {
 	// replace it (not in STREAMED mode decided on the headers alone, nor
 	// NONE). Rules installed later with Server.SetModelRewrites add to it;
 	// these win for the names they hold.
-	ModelRewrites map[string][]RewriteTarget
+	ModelRewrites map[string][]intake.RewriteTarget
 	// TestEndpointSelection honours the conformance suite's test-only
 	// test-epp-endpoint-selection request header, which restricts a
 	// request to the endpoints it names (--test-endpoint-selection). Never
@@ -186,21 +178,22 @@ type Config struct {
 	EnvoyTimeoutMargin time.Duration
 
 	// RouterTTL is the prefix index TTL (--router-ttl-secs). 0 means
-	// DefaultRouterTTL.
+	// intake.DefaultRouterTTL.
 	RouterTTL time.Duration
-	// PrefixMaxEntries bounds the prefix index. 0 means DefaultPrefixMaxEntries.
+	// PrefixMaxEntries bounds the prefix index. 0 means
+	// intake.DefaultPrefixMaxEntries.
 	PrefixMaxEntries int
 	// PrefixBytesPerToken sizes byte blocks for prefix hashing when the
-	// tokenizer is not exact. 0 means DefaultPrefixBytesPerToken.
+	// tokenizer is not exact. 0 means
+	// intake.DefaultPrefixBytesPerToken.
 	PrefixBytesPerToken int
+	// SpeculativeTTL is how long, with KV events, a routed prompt counts
+	// as cached on its synced worker before the engine reports it
+	// (--kv-events-speculative-ttl). 0 means intake.DefaultSpeculativeTTL.
+	SpeculativeTTL time.Duration
 	// Tokenizer counts prompt tokens (--tokenizer). Nil means the default
 	// estimator.
-	Tokenizer Tokenizer
-	// KVEvents, when set, prices and routes with the engines' own KV-cache
-	// events wherever a worker's stream is in sync, and with the approximate
-	// index elsewhere. The Server hands it every worker set and registers
-	// its metrics; its owner closes it. Its block size must be Sched's.
-	KVEvents *kvevents.Manager
+	Tokenizer intake.Tokenizer
 
 	// ClientIP selects where the ip: tenant tier reads the client address.
 	ClientIP ClientIPSource
@@ -265,9 +258,10 @@ func (c Config) withDefaults() Config {
 		c.EnvoyMaxMessageTimeout = 0
 	}
 	setDefault(&c.EnvoyTimeoutMargin, DefaultEnvoyTimeoutMargin)
-	setDefault(&c.RouterTTL, DefaultRouterTTL)
-	setDefault(&c.PrefixMaxEntries, DefaultPrefixMaxEntries)
-	setDefault(&c.PrefixBytesPerToken, DefaultPrefixBytesPerToken)
+	setDefault(&c.RouterTTL, intake.DefaultRouterTTL)
+	setDefault(&c.PrefixMaxEntries, intake.DefaultPrefixMaxEntries)
+	setDefault(&c.PrefixBytesPerToken, intake.DefaultPrefixBytesPerToken)
+	setDefault(&c.SpeculativeTTL, intake.DefaultSpeculativeTTL)
 	setDefault(&c.TenantMetricTopN, DefaultTenantMetricTopN)
 	setDefault(&c.DrainDelay, DefaultDrainDelay)
 	if c.DrainDelay < 0 {
@@ -282,11 +276,10 @@ func (c Config) withDefaults() Config {
 	if c.Sched.BlockSize == 0 {
 		c.Sched.BlockSize = sched.DefaultBlockSize
 	}
-	if c.Fairness != policy.FairnessNone {
-		c.Sched.Fairness.Enabled = true
-	}
+	// Fairness is one switch: the core's flows follow the key's mode.
+	c.Sched.Fairness.Enabled = c.Fairness != policy.FairnessNone
 	if c.Tenancy == nil {
-		c.Tenancy = &Tenancy{}
+		c.Tenancy = &intake.Tenancy{}
 	}
 	if c.AssumedProtocol == nil {
 		c.AssumedProtocol = DefaultProtocol()
@@ -360,6 +353,9 @@ func (c Config) Validate() error {
 	if d.EnvoyMaxMessageTimeout > 0 && d.EnvoyMaxMessageTimeout < d.EnvoyMessageTimeout {
 		bad("envoy max message timeout %v is less than the envoy message timeout %v", d.EnvoyMaxMessageTimeout, d.EnvoyMessageTimeout)
 	}
+	if c.Sched.Fairness.Enabled && c.Fairness == policy.FairnessNone {
+		bad("Sched.Fairness.Enabled is set without a fairness mode: set Fairness (--fairness), which switches the flows on")
+	}
 	if err := c.Objectives.Validate(); err != nil {
 		bad("objective classes: %v", err)
 	}
@@ -368,6 +364,9 @@ func (c Config) Validate() error {
 	}
 	if c.PrefixMaxEntries < 0 {
 		bad("prefix max entries %d is negative", c.PrefixMaxEntries)
+	}
+	if c.SpeculativeTTL < 0 {
+		bad("speculative ttl %v is negative", c.SpeculativeTTL)
 	}
 	if c.PrefixBytesPerToken < 0 {
 		bad("prefix bytes per token %d is negative", c.PrefixBytesPerToken)
@@ -393,7 +392,7 @@ func (c Config) Validate() error {
 	if c.Sched.BlockSize > math.MaxInt32 {
 		bad("block size %d is too large", c.Sched.BlockSize)
 	}
-	if err := validRewrites(c.ModelRewrites); err != nil {
+	if err := intake.ValidRewrites(c.ModelRewrites); err != nil {
 		bad("%v", err)
 	}
 	if s := c.ClassLimitStatus; s != 0 && s != http.StatusTooManyRequests && s != DefaultClassLimitStatus {
@@ -408,7 +407,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Tenancy != nil {
-		if err := c.Tenancy.validate(); err != nil {
+		if err := c.Tenancy.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/tollgate/tollgate/extproc/intake"
 )
 
 func TestConfig_ZeroValueIsValid(t *testing.T) {
@@ -42,7 +44,7 @@ func TestConfig_ValidateReportsEveryProblem(t *testing.T) {
 		EnvoyTimeoutMargin:      -time.Second,
 		EnvoyMaxMessageTimeout:  500 * time.Millisecond,
 		ForwardedForTrustedHops: -1,
-		Tenancy:                 &Tenancy{DefaultMaxClass: "urgent"},
+		Tenancy:                 &intake.Tenancy{DefaultMaxClass: "urgent"},
 		GRPC:                    GRPCConfig{TLSCert: "c.pem", ClientCA: "ca.pem"},
 	}.Validate()
 	if err == nil {

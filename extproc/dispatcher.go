@@ -60,7 +60,7 @@ type notice struct {
 type decision struct {
 	// action has its Fallbacks resolved into target (nil here).
 	action sched.Action
-	target target
+	target fleet.Target
 	// unknownModel marks a no-endpoints reject for a model no worker has
 	// served since the start: it is answered 404 model_not_found.
 	unknownModel bool
@@ -144,7 +144,7 @@ type event struct {
 
 type reply struct {
 	stats  sched.Stats
-	target target
+	target fleet.Target
 	ok     bool
 }
 
@@ -159,7 +159,6 @@ type dispatcher struct {
 	halted context.Context
 	halt   context.CancelFunc
 	log    *slog.Logger
-	now    func() time.Time
 	hooks  dispatcherHooks
 	// published is the last serving snapshot.
 	published atomic.Pointer[serving]
@@ -168,7 +167,7 @@ type dispatcher struct {
 	sch     scheduler
 	boxes   map[uint64]noticeBox
 	workers *fleet.Set
-	models  knownModels
+	models  fleet.KnownModels
 	state   serving
 	// shed: Drain shed the queue; the scheduler stays drained.
 	shed bool
@@ -190,19 +189,18 @@ type dispatcherHooks struct {
 	serving func(serving)
 }
 
-func newDispatcher(sch scheduler, ws *fleet.Set, now func() time.Time, log *slog.Logger, hooks dispatcherHooks) *dispatcher {
+func newDispatcher(sch scheduler, ws *fleet.Set, log *slog.Logger, hooks dispatcherHooks) *dispatcher {
 	d := &dispatcher{
 		events:  make(chan event, eventBuffer),
 		stopped: make(chan struct{}),
 		log:     log,
-		now:     now,
 		hooks:   hooks,
 		sch:     sch,
 		boxes:   make(map[uint64]noticeBox),
 		workers: ws,
 	}
 	d.halted, d.halt = context.WithCancel(context.Background())
-	d.models.note(ws)
+	d.models.Note(ws)
 	d.state.workers = len(ws.Sched)
 	d.publish()
 	return d
@@ -234,10 +232,10 @@ func (d *dispatcher) run(ctx context.Context) {
 		case ev := <-d.events:
 			d.handle(ev)
 		case <-timer.C:
-			d.deliver(d.sch.Tick(d.now()))
+			d.deliver(d.sch.Tick(time.Now()))
 		}
 		if at, ok := d.sch.NextDeadline(); ok {
-			timer.Reset(max(0, at.Sub(d.now())))
+			timer.Reset(max(0, time.Until(at)))
 		} else {
 			timer.Stop()
 		}
@@ -245,7 +243,7 @@ func (d *dispatcher) run(ctx context.Context) {
 }
 
 func (d *dispatcher) handle(ev event) {
-	now := d.now()
+	now := time.Now()
 	switch ev.kind {
 	case evSubmit:
 		d.submit(now, ev)
@@ -257,7 +255,7 @@ func (d *dispatcher) handle(ev event) {
 		d.deliver(d.sch.FirstToken(now, ev.id))
 	case evWorkers:
 		d.workers = ev.workers
-		d.models.note(ev.workers)
+		d.models.Note(ev.workers)
 		d.deliver(d.sch.SetWorkers(now, ev.workers.Sched))
 		d.state.workers = len(ev.workers.Sched)
 		d.publish()
@@ -288,7 +286,7 @@ func (d *dispatcher) handle(ev event) {
 // subset names no known worker is answered without it.
 func (d *dispatcher) submit(now time.Time, ev event) {
 	if ev.subset != nil {
-		if ev.req.AllowedWorkers = allowedIDs(d.workers, ev.subset); ev.req.AllowedWorkers == nil {
+		if ev.req.AllowedWorkers = d.workers.Allowed(ev.subset.admits); ev.req.AllowedWorkers == nil {
 			ev.box.put(notice{kind: noticeDecided, decision: &decision{action: sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeNoEndpoints,
 				Priority: ev.req.Priority, Model: ev.req.Model, Message: subsetUnmatched}}})
 			return
@@ -297,7 +295,7 @@ func (d *dispatcher) submit(now time.Time, ev event) {
 	d.boxes[ev.id] = ev.box
 	acts := d.sch.Submit(now, ev.req)
 	if d.hooks.submitted != nil {
-		d.hooks.submitted(d.now().Sub(ev.at))
+		d.hooks.submitted(time.Since(ev.at))
 	}
 	d.deliver(acts)
 }
@@ -325,14 +323,14 @@ func (d *dispatcher) setActive(now time.Time, active bool) {
 func (d *dispatcher) route(ev event) reply {
 	var allowed []string
 	if ev.subset != nil {
-		if allowed = allowedIDs(d.workers, ev.subset); allowed == nil {
+		if allowed = d.workers.Allowed(ev.subset.admits); allowed == nil {
 			return reply{}
 		}
 	}
 	w, rank, ok := d.sch.RouteIn(ev.model, allowed)
-	var tg target
+	var tg fleet.Target
 	if ok {
-		tg, ok = targetOf(d.workers, w, rank)
+		tg, ok = d.workers.Target(w, rank)
 	}
 	return reply{target: tg, ok: ok}
 }
@@ -353,13 +351,13 @@ func (d *dispatcher) tell(id uint64, n notice) {
 // decide tells request a.ID the scheduler's decision. The decision is made
 // only for a request with a box: a Release of a queued request reports a
 // reject that nobody waits for.
-func (d *dispatcher) decide(a *sched.Action, t target) {
+func (d *dispatcher) decide(a *sched.Action, t fleet.Target) {
 	if d.boxes[a.ID] == nil {
 		return
 	}
 	dc := &decision{action: *a, target: t}
 	dc.action.Fallbacks = nil // the scheduler's slice, resolved into t
-	dc.unknownModel = a.Outcome == sched.OutcomeNoEndpoints && d.models.unknown(a.Model)
+	dc.unknownModel = a.Outcome == sched.OutcomeNoEndpoints && d.models.Unknown(a.Model)
 	d.tell(a.ID, notice{kind: noticeDecided, decision: dc})
 }
 
@@ -376,7 +374,7 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 		case sched.ActionQueue:
 			d.tell(a.ID, notice{kind: noticeQueued})
 		case sched.ActionDispatch:
-			tg, ok := targetOf(d.workers, a.Worker, a.Rank)
+			tg, ok := d.workers.Target(a.Worker, a.Rank)
 			if !ok {
 				// The scheduler only dispatches to workers of the set it
 				// was given with this one; answer 503 rather than route
@@ -384,15 +382,15 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 				d.log.Error("dispatch to a worker outside the worker set", "request", a.ID, "worker", a.Worker)
 				rej := *a
 				rej.Kind, rej.Outcome, rej.Message = sched.ActionReject, sched.OutcomeNoEndpoints, "no endpoints available to route work"
-				d.decide(&rej, target{})
+				d.decide(&rej, fleet.Target{})
 				delete(d.boxes, a.ID)
 				d.cancels = append(d.cancels, a.ID)
 				continue
 			}
 			// a.Fallbacks is the scheduler's: resolve it before its next call.
-			d.decide(a, withFallbacks(d.workers, tg, a.Fallbacks))
+			d.decide(a, d.workers.WithFallbacks(tg, a.Fallbacks))
 		case sched.ActionReject:
-			d.decide(a, target{})
+			d.decide(a, fleet.Target{})
 			delete(d.boxes, a.ID)
 		case sched.ActionPreempt:
 			d.tell(a.ID, notice{kind: noticePreempted})
@@ -402,7 +400,7 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 	for len(d.cancels) > 0 {
 		id := d.cancels[len(d.cancels)-1]
 		d.cancels = d.cancels[:len(d.cancels)-1]
-		d.deliver(d.sch.Release(d.now(), id))
+		d.deliver(d.sch.Release(time.Now(), id))
 	}
 }
 
@@ -462,7 +460,7 @@ func (n notice) String() string {
 		return "preempted"
 	case noticeDecided:
 		if n.decision.action.Kind == sched.ActionDispatch {
-			return "dispatched:" + n.decision.target.address
+			return "dispatched:" + n.decision.target.Address
 		}
 		return "rejected:" + n.decision.action.Outcome.String()
 	}

@@ -117,7 +117,7 @@ func runDispatcher(t *testing.T, f *fakeScheduler) *dispatcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := newDispatcher(f, ws, time.Now, slog.New(slog.DiscardHandler), dispatcherHooks{})
+	d := newDispatcher(f, ws, slog.New(slog.DiscardHandler), dispatcherHooks{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); d.run(ctx) }()
@@ -315,7 +315,7 @@ func TestDispatcher_ServingState(t *testing.T) {
 		f := &fakeScheduler{}
 		var seen []serving
 		ws, _ := fleet.NewSet(oneWorker)
-		d := newDispatcher(f, ws, time.Now, slog.New(slog.DiscardHandler), dispatcherHooks{serving: func(v serving) { seen = append(seen, v) }})
+		d := newDispatcher(f, ws, slog.New(slog.DiscardHandler), dispatcherHooks{serving: func(v serving) { seen = append(seen, v) }})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); d.run(ctx) }()
@@ -347,7 +347,7 @@ func TestDispatcher_ServingState(t *testing.T) {
 
 func TestDispatcher_SendAfterStopFails(t *testing.T) {
 	ws, _ := fleet.NewSet(nil)
-	d := newDispatcher(&fakeScheduler{}, ws, time.Now, slog.New(slog.DiscardHandler), dispatcherHooks{})
+	d := newDispatcher(&fakeScheduler{}, ws, slog.New(slog.DiscardHandler), dispatcherHooks{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	d.run(ctx)
@@ -365,7 +365,7 @@ func TestDispatcher_SendAfterStopFails(t *testing.T) {
 func TestDispatcher_CallWaitsAtMostItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ws, _ := fleet.NewSet(nil)
-		d := newDispatcher(&fakeScheduler{}, ws, time.Now, slog.New(slog.DiscardHandler), dispatcherHooks{})
+		d := newDispatcher(&fakeScheduler{}, ws, slog.New(slog.DiscardHandler), dispatcherHooks{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if _, err := d.call(ctx, event{kind: evStats}); !errors.Is(err, context.DeadlineExceeded) {

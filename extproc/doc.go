@@ -1,24 +1,34 @@
 // Package extproc is tollgate's imperative shell: the Envoy ext_proc gRPC
 // service (envoy.service.ext_proc.v3.ExternalProcessor), the per-stream
 // phase state machine, the one dispatcher goroutine that owns the
-// scheduling core (package sched), worker sets and their reloading, the
-// table that maps every outcome to an HTTP answer, Prometheus metrics and
-// health.
+// scheduling core (package sched), the table that maps every outcome to an
+// HTTP answer, header and subset handling, receive limits, gRPC options,
+// health and the shell's metrics.
+//
+// The shell uses the sides, each a package under extproc/ that never
+// imports it (docs/architecture.md): intake turns headers and bodies into
+// scheduler requests and prices them (its CacheView owns the prefix
+// indexes); fleet validates and applies worker sets (one Applier hands
+// the dispatcher, the cache view, the scraper, the KV events and the
+// metric labels their projection of each set); the engine adapters
+// (engine/kvevents, engine/enginemetrics) feed what the engines report;
+// discovery/kube reports what the cluster holds; request/openai and
+// request/tokenize are the request libraries.
 //
 // # Concurrency model
 //
 // Every HTTP request is one gRPC Process stream, served by its own stream
 // goroutine (Server.Process). That goroutine does all per-request CPU work
-// in parallel with the others: header parsing, tenant resolution, JSON
-// parsing (extproc/request/openai), tokenizing (extproc/request/tokenize), prefix hashing
-// and the prefix-index lookup (sched/prefix, guarded by a mutex). It
+// in parallel with the others: header parsing, then the planner
+// (extproc/intake): tenant resolution, JSON parsing, tokenizing, prefix
+// hashing and the cache view's lookup. It
 // receives Envoy's messages itself: no goroutine per stream beyond gRPC's
 // own. While its request waits for the scheduler it receives nothing (Envoy
 // sends nothing while it waits for the reply) and waits on its notices, the
 // stream's context (Envoy resets the stream when the client leaves), the
 // dispatcher's end and, only when a deadline exists, one timer. A request
-// that can still be preempted (in flight, before its first token, in a
-// class some class above may preempt) starts a reader goroutine that turns
+// that can still be preempted (in flight, before its first token, its
+// dispatch marked Preemptible by the scheduler) starts a reader goroutine that turns
 // Recv into a channel, so that the preemption reaches it while it waits
 // for the response. The wait for a stream's first message is bounded by
 // cancelling the stream's own context (ServerOptions installs it), not by
@@ -142,8 +152,9 @@
 // the first non-empty one (or the end of the response) releases the headers
 // and every held chunk in order. If Envoy's timer for the held headers
 // would fire, tollgate extends it once (override, --envoy-max-message-timeout)
-// and, at the next deadline, releases the headers. Only requests that some
-// higher can_preempt class could preempt are held.
+// and, at the next deadline, releases the headers. Only requests whose
+// dispatch the scheduler marked Preemptible (some higher can_preempt class
+// could preempt them) are held.
 //
 // When the scheduler preempts a request before its first token, it is
 // answered with the ImmediateResponse 503 scheduler_preempted, Retry-After:

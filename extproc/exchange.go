@@ -12,8 +12,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/policy"
 )
 
 // exchangeEnv is what an exchange needs from the server around it. The
@@ -28,13 +31,13 @@ type exchangeEnv interface {
 	submit(r *sched.Request, sub *subset) error
 	// route picks a worker in the subset (nil: any) for a request outside
 	// admission.
-	route(model string, sub *subset) (target, bool, error)
+	route(model string, sub *subset) (fleet.Target, bool, error)
 	// served reports that an admitted request was served by another
 	// worker than its target (a fallback).
 	served(id uint64, worker string, rank uint32)
 	// routed records in the prefix index that a planned request went to
 	// worker.
-	routed(now time.Time, worker string, pl *plan)
+	routed(now time.Time, worker string, pl *intake.Plan)
 	// context ends with the stream: work for the request stops then.
 	context() context.Context
 }
@@ -156,11 +159,11 @@ type step struct {
 // notices (onNotice), its deadline (onExpire), the dispatcher's end
 // (onShutdown) and the end of the stream (close).
 type exchange struct {
-	p   *planner
-	cfg *Config
-	env exchangeEnv
-	log *slog.Logger
-	id  uint64
+	deps *exchangeDeps
+	cfg  *Config
+	env  exchangeEnv
+	log  *slog.Logger
+	id   uint64
 
 	// Negotiated protocol, from the first message's protocol_config.
 	reqMode, respMode extprocfilterv3.ProcessingMode_BodySendMode
@@ -172,7 +175,7 @@ type exchange struct {
 	// Request.
 	hdr    *headerInfo
 	subset *subset // the data plane's endpoint subset; nil for none
-	who    identity
+	who    intake.Identity
 	kind   openai.Kind
 	// scheduled: the route goes through admission (an inference API);
 	// other requests are routed at once.
@@ -187,7 +190,7 @@ type exchange struct {
 	reqTimer                   envoyTimer
 
 	// Admission.
-	plan *plan
+	plan *intake.Plan
 	adm  admission
 
 	// Response.
@@ -197,8 +200,8 @@ type exchange struct {
 	compared bool
 }
 
-func newExchange(p *planner, env exchangeEnv, log *slog.Logger, id uint64) *exchange {
-	return &exchange{p: p, cfg: p.cfg, env: env, log: log, id: id, adm: admission{env: env, id: id}}
+func newExchange(d *exchangeDeps, env exchangeEnv, log *slog.Logger, id uint64) *exchange {
+	return &exchange{deps: d, cfg: d.cfg, env: env, log: log, id: id, adm: admission{env: env, id: id}}
 }
 
 // protocolError ends the stream with a gRPC error, which Envoy turns into
@@ -280,7 +283,7 @@ func (x *exchange) onExpire(now time.Time) step {
 		if d, ok := x.requestOverride(now); ok {
 			return step{send: []*extprocv3.ProcessingResponse{overrideTimeout(d)}}
 		}
-		x.p.metrics.budgetExpired.Inc()
+		x.deps.metrics.budgetExpired.Inc()
 		x.log.Info("queued request answered before Envoy's message timer fires", "request", x.id)
 		x.adm.release()
 		return x.reject(now, &rejection{reason: reasonQueueTimeout})
@@ -299,7 +302,7 @@ func (x *exchange) onExpire(now time.Time) step {
 // would not extend the timer.
 func (x *exchange) requestOverride(now time.Time) (time.Duration, bool) {
 	d := x.cfg.EnvoyMaxMessageTimeout
-	if qt := x.p.queueTimeout[x.who.priority]; qt > 0 {
+	if qt := x.deps.queueTimeout[x.who.Priority]; qt > 0 {
 		d = min(d, qt+x.cfg.EnvoyTimeoutMargin)
 	}
 	return d, x.reqTimer.extend(now, d, x.cfg.EnvoyMaxMessageTimeout)
@@ -342,12 +345,12 @@ func (x *exchange) onDecided(now time.Time, n notice) step {
 		}
 		return x.reject(now, rej)
 	}
-	if x.p.cfg.Sched.Fairness.Enabled {
-		x.p.metrics.observeServed(a, x.who.flow)
+	if x.cfg.Fairness != policy.FairnessNone {
+		x.deps.metrics.observeServed(a, x.who.Flow)
 	}
 	t := x.adm.decision.target
-	x.env.routed(now, t.worker, x.plan)
-	x.p.metrics.admission.WithLabelValues("admitted").Observe(now.Sub(x.start).Seconds())
+	x.env.routed(now, t.Worker, x.plan)
+	x.deps.metrics.admission.WithLabelValues("admitted").Observe(now.Sub(x.start).Seconds())
 	return step{send: x.routeReplies(t)}
 }
 
@@ -367,7 +370,7 @@ func (x *exchange) preempt(time.Time) step {
 	x.stage = stageOver
 	x.heldResp = nil
 	r := &rejection{reason: reasonPreempted}
-	x.p.metrics.rejections.WithLabelValues(r.code()).Inc()
+	x.deps.metrics.rejections.WithLabelValues(r.code()).Inc()
 	x.log.Debug("request preempted", "request", x.id, "answer", r.String())
 	return step{send: []*extprocv3.ProcessingResponse{immediateReply(r)}, end: true}
 }
@@ -389,9 +392,9 @@ func (x *exchange) reject(now time.Time, r *rejection) step {
 		r.status = x.cfg.ClassLimitStatus
 	}
 	x.stage = stageOver
-	x.p.metrics.rejections.WithLabelValues(r.code()).Inc()
+	x.deps.metrics.rejections.WithLabelValues(r.code()).Inc()
 	if !x.start.IsZero() {
-		x.p.metrics.admission.WithLabelValues(r.code()).Observe(now.Sub(x.start).Seconds())
+		x.deps.metrics.admission.WithLabelValues(r.code()).Observe(now.Sub(x.start).Seconds())
 	}
 	x.log.Debug("request rejected", "request", x.id, "answer", r.String())
 	return step{send: []*extprocv3.ProcessingResponse{immediateReply(r)}, end: true}

@@ -173,8 +173,8 @@ func TestExchange_MissingSourceAddress(t *testing.T) {
 		m := reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false)
 		m.Attributes = nil
 		feed(t, x, m)
-		if x.who.tenant != "anonymous" {
-			t.Errorf("tenant %q", x.who.tenant)
+		if x.who.Tenant != "anonymous" {
+			t.Errorf("tenant %q", x.who.Tenant)
 		}
 	}
 	if n := testutil.ToFloat64(p.metrics.sourceAddressMissing); n != 3 {

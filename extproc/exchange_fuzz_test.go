@@ -9,6 +9,7 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -89,7 +90,9 @@ func newExchangeRun(t *testing.T, req, resp, flags, path byte) *exchangeRun {
 		env.routeErr = context.Canceled
 	}
 	if flags&16 != 0 {
-		x.p.rewrites.Store(&rewriteTable{exact: map[string][]RewriteTarget{"llama": {{Model: "llama-3", Weight: 1}}}})
+		if _, err := x.deps.planner.Rewrites().Set(intake.ModelRewriteRules{Exact: map[string][]intake.RewriteTarget{"llama": {{Model: "llama-3", Weight: 1}}}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	method, route := "POST", "/v1/chat/completions"
 	if path%4 == 0 {

@@ -7,6 +7,8 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/extproc/request/openai"
 )
 
@@ -29,8 +31,8 @@ func (x *exchange) clientIP(m *extprocv3.ProcessingRequest) string {
 	}
 	v, ok := m.GetAttributes()[attributesKey].GetFields()[attrSourceAddress]
 	if !ok {
-		x.p.metrics.sourceAddressMissing.Inc()
-		if x.p.warnedSourceAddress.CompareAndSwap(false, true) {
+		x.deps.metrics.sourceAddressMissing.Inc()
+		if x.deps.warnedSourceAddress.CompareAndSwap(false, true) {
 			x.log.Error("Envoy sent no source.address request attribute: ip: tenants cannot resolve and unauthenticated clients share the anonymous tenant; "+
 				"add request_attributes: [source.address] to the ext_proc filter, or run with --client-ip-source x-forwarded-for "+
 				"(logged once; tollgate_client_address_missing_total counts every such request)", "request", x.id)
@@ -58,15 +60,15 @@ func (x *exchange) duplex() bool {
 //     then answer the headers with the route.
 func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) step {
 	x.start = now
-	hdr, rej := parseHeaders(h.GetHeaders(), x.p.keep, x.cfg.MaxHeaderBytes, x.cfg.MaxHeaderCount)
+	hdr, rej := parseHeaders(h.GetHeaders(), x.deps.keep, x.cfg.MaxHeaderBytes, x.cfg.MaxHeaderCount)
 	if rej != nil {
 		return x.reject(now, rej)
 	}
 	x.hdr = hdr
 	x.kind, x.scheduled = openai.RouteKind(hdr.method, hdr.path)
-	x.who, rej = x.p.identify(hdr, x.clientIP(m), x.scheduled)
-	if rej != nil {
-		return x.reject(now, rej)
+	var irej *intake.Rejection
+	if x.who, irej = x.deps.planner.Identify(hdr.lookup, x.clientIP(m), x.scheduled); irej != nil {
+		return x.reject(now, fromIntake(irej))
 	}
 	if x.subset, rej = subsetOf(m.GetMetadataContext()); rej != nil {
 		return x.reject(now, rej)
@@ -177,7 +179,7 @@ func (x *exchange) complete(now time.Time) step {
 			return x.reject(now, &rejection{reason: reasonBadRequest,
 				message: "a request with trailers and no body cannot be routed: send the request without trailers or with a body"})
 		}
-		model := x.rewrite(modelField(x.body))
+		model := x.rewrite(intake.ModelField(x.body))
 		t, ok, err := x.env.route(model, x.subset)
 		switch {
 		case errors.Is(err, errStopped):
@@ -189,12 +191,12 @@ func (x *exchange) complete(now time.Time) step {
 		case !ok:
 			return x.reject(now, &rejection{reason: reasonNoEndpoints, model: model})
 		}
-		x.p.metrics.admission.WithLabelValues("routed").Observe(now.Sub(x.start).Seconds())
+		x.deps.metrics.admission.WithLabelValues("routed").Observe(now.Sub(x.start).Seconds())
 		return step{send: x.routeReplies(t)}
 	}
-	pl, rej := x.p.build(x.env.context(), now, x.id, x.kind, x.hdr, x.who, x.body, x.headersOnly, x.rewriteParsed)
+	pl, rej := x.deps.planner.Build(x.env.context(), now, x.id, x.kind, x.hdr.lookup, x.who, x.body, x.headersOnly, x.rewriteParsed)
 	if rej != nil {
-		return x.reject(now, rej)
+		return x.reject(now, fromIntake(rej))
 	}
 	x.plan = pl
 	if !x.duplex() {
@@ -202,7 +204,7 @@ func (x *exchange) complete(now time.Time) step {
 	}
 	x.stage = stageWaiting
 	x.adm.submitted()
-	switch err := x.env.submit(&pl.req, x.subset); {
+	switch err := x.env.submit(&pl.Req, x.subset); {
 	case err == nil:
 		return step{}
 	case errors.Is(err, errStopped):
@@ -235,7 +237,7 @@ func (x *exchange) canCarryRoute() bool {
 // routeReplies answers every held request message in order; the first one
 // that can carry a header mutation carries the route and the envoy.lb
 // metadata.
-func (x *exchange) routeReplies(t target) []*extprocv3.ProcessingResponse {
+func (x *exchange) routeReplies(t fleet.Target) []*extprocv3.ProcessingResponse {
 	x.stage = stageRouted
 	mut, md := routing(t)
 	out := make([]*extprocv3.ProcessingResponse, 0, len(x.held)+1)

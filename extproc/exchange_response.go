@@ -121,7 +121,7 @@ func (x *exchange) responseTrailers(time.Time) step {
 func (x *exchange) envoyReply(now time.Time, h *extprocv3.HttpHeaders) step {
 	code := responseStatus(h)
 	x.adm.release()
-	x.p.metrics.envoyReplies.WithLabelValues(strconv.Itoa(code)).Inc()
+	x.deps.metrics.envoyReplies.WithLabelValues(strconv.Itoa(code)).Inc()
 	x.log.Debug("Envoy answered the request itself before the route", "request", x.id, "status", code, "stage", x.stage.String())
 	x.stage = stageEnvoyReply
 	x.held, x.body, x.reqTimer = nil, nil, envoyTimer{}
@@ -193,16 +193,8 @@ func (x *exchange) compareUsage() {
 	if x.compared || x.plan == nil || x.resp != responseWorker {
 		return
 	}
-	u := x.usage.Usage()
-	if !u.Found || u.PromptTokens <= 0 {
-		return
-	}
-	x.compared = true
-	actual := float64(u.PromptTokens)
-	x.p.observeCostError(x.plan.req.Model, (float64(x.plan.estimate)-actual)/actual)
-	// The cached tokens the scheduler priced the request on.
-	x.p.metrics.cachedError.Observe((float64(x.adm.decision.action.Cached) - float64(u.CachedTokens)) / actual)
-	if !x.plan.exact && x.plan.textBytes > 0 {
-		x.p.tok.Observe(x.plan.req.Model, x.plan.textBytes, u.PromptTokens)
+	if u := x.usage.Usage(); u.Found {
+		x.compared = true
+		x.deps.planner.ObserveUsage(x.plan, x.adm.decision.action.Cached, u)
 	}
 }

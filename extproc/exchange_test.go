@@ -362,7 +362,7 @@ func TestExchange_MultiRankWorkerGetsTheRankHeader(t *testing.T) {
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false))
 	feed(t, x, reqBody(chatBody, true))
 	st := dispatched(false)
-	st.decision.target.rank, st.decision.target.multiRank = 3, true
+	st.decision.target.Rank, st.decision.target.MultiRank = 3, true
 	mut := tell(x, t0, st).send[0].GetRequestBody().GetResponse().GetHeaderMutation()
 	want := map[string]string{headerDestination: "10.0.0.7:8000", headerUpstreamRank: "3"}
 	if diff := cmp.Diff(want, headerMap(mut)); diff != "" {
@@ -417,8 +417,8 @@ func TestExchange_UnauthorizedTenantIs401(t *testing.T) {
 	if got := feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false, "authorization", "Bearer s3cret")); !cmp.Equal([]string{"req_headers"}, got) {
 		t.Fatalf("valid key: %v", got)
 	}
-	if x.who.tenant != "auth:acme" {
-		t.Errorf("tenant %q", x.who.tenant)
+	if x.who.Tenant != "auth:acme" {
+		t.Errorf("tenant %q", x.who.Tenant)
 	}
 }
 

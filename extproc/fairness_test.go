@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -23,7 +24,7 @@ func fairnessConfig(t *testing.T, mode policy.FairnessMode) Config {
 	file := policy.DefaultPriorityFile()
 	file.Tenants["header:red"] = sched.PriorityDefault
 	return testConfig(func(c *Config) {
-		c.Tenancy = &Tenancy{Tenants: tenants, PriorityFile: file, DefaultMaxClass: "system"}
+		c.Tenancy = &intake.Tenancy{Tenants: tenants, PriorityFile: file, DefaultMaxClass: "system"}
 		c.Fairness = mode
 		c.Objectives = policy.Objectives{"chat": sched.PriorityInteractive, "batch": sched.PriorityBulk}
 	})
@@ -89,7 +90,7 @@ func TestMetrics_FairnessSeries(t *testing.T) {
 		}
 		cfg := Config{
 			Sched:            sched.Config{Priority: testPriority()},
-			Tenancy:          &Tenancy{Tenants: tenants},
+			Tenancy:          &intake.Tenancy{Tenants: tenants},
 			Fairness:         policy.FairnessTenant,
 			TenantMetricTopN: 2,
 		}

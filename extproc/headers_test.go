@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched/policy"
 )
 
@@ -51,13 +52,10 @@ func TestParseHeaders_KeepsWhatPolicyReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Tenancy = &Tenancy{Tenants: tenants}
+		c.Tenancy = &intake.Tenancy{Tenants: tenants}
 	})
-	p, err := newPlanner(&cfg, nil, newMetrics(cfg.TenantMetricTopN, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := policy.RequestHeaders(p.tenants.HeaderName())
+	p := newTestDeps(t, cfg)
+	names := policy.RequestHeaders(p.planner.TenantHeader())
 	if !slices.Contains(names, "x-team") {
 		t.Fatalf("the configured tenant header is not on the policy's list %v", names)
 	}

@@ -12,6 +12,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -101,7 +103,7 @@ type fakeEnv struct {
 	notes     []note
 	routes    []string
 	routedTo  []string
-	dest      target
+	dest      fleet.Target
 	destOK    bool
 	routeErr  error
 	submitErr error
@@ -116,7 +118,7 @@ func (f *fakeEnv) submit(r *sched.Request, sub *subset) error {
 	return nil
 }
 
-func (f *fakeEnv) route(model string, sub *subset) (target, bool, error) {
+func (f *fakeEnv) route(model string, sub *subset) (fleet.Target, bool, error) {
 	f.subsets = append(f.subsets, sub)
 	f.routes = append(f.routes, model)
 	return f.dest, f.destOK, f.routeErr
@@ -126,7 +128,7 @@ func (f *fakeEnv) release(id uint64)        { f.notes = append(f.notes, note{evR
 func (f *fakeEnv) firstToken(id uint64)     { f.notes = append(f.notes, note{evFirstToken, id}) }
 func (f *fakeEnv) context() context.Context { return context.Background() }
 
-func (f *fakeEnv) routed(_ time.Time, worker string, _ *plan) {
+func (f *fakeEnv) routed(_ time.Time, worker string, _ *intake.Plan) {
 	f.routedTo = append(f.routedTo, worker)
 }
 
@@ -144,17 +146,22 @@ func testConfig(mod func(*Config)) Config {
 }
 
 // newTestExchange builds an exchange over a fake environment.
-func newTestExchange(t *testing.T, cfg Config) (*exchange, *fakeEnv, *planner) {
+func newTestExchange(t *testing.T, cfg Config) (*exchange, *fakeEnv, *exchangeDeps) {
 	t.Helper()
-	m := newMetrics(cfg.TenantMetricTopN, nil)
+	d := newTestDeps(t, cfg)
+	env := &fakeEnv{dest: fleet.Target{Worker: "w0", Address: "10.0.0.7:8000"}, destOK: true}
+	return newExchange(d, env, d.cfg.Logger, 7), env, d
+}
+
+// newTestDeps builds what exchanges read, over a fresh cache view.
+func newTestDeps(t testing.TB, cfg Config) *exchangeDeps {
+	t.Helper()
 	c := cfg
-	tok, _ := defaultTokenizer()
-	p, err := newPlanner(&c, tok, m)
+	d, err := newExchangeDeps(&c, intake.NewCacheView(intake.CacheConfig{}), newMetrics(cfg.TenantMetricTopN, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &fakeEnv{dest: target{worker: "w0", address: "10.0.0.7:8000"}, destOK: true}
-	return newExchange(p, env, c.Logger, 7), env, p
+	return d
 }
 
 // queued is the scheduler's queued notice.
@@ -167,7 +174,7 @@ var preempted = notice{kind: noticePreempted}
 func dispatched(wasQueued bool) notice {
 	return notice{kind: noticeDecided, decision: &decision{
 		action: sched.Action{Kind: sched.ActionDispatch, ID: 7, Worker: "w0", Outcome: sched.OutcomeAdmitted, Queued: wasQueued},
-		target: target{worker: "w0", address: "10.0.0.7:8000"}}}
+		target: fleet.Target{Worker: "w0", Address: "10.0.0.7:8000"}}}
 }
 
 func rejected(a sched.Action) notice {
@@ -253,13 +260,13 @@ func headerMap(m *extprocv3.HeaderMutation) map[string]string {
 }
 
 // tenancyWithKey configures one tenant key: acme:s3cret.
-func tenancyWithKey(t *testing.T) *Tenancy {
+func tenancyWithKey(t *testing.T) *intake.Tenancy {
 	t.Helper()
 	ts, err := policy.NewTenants(policy.TenantOptions{TenantAPIKeys: []string{"acme:s3cret"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Tenancy{Tenants: ts}
+	return &intake.Tenancy{Tenants: ts}
 }
 
 // histogramSum returns the sum of an unlabelled histogram.

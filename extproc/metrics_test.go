@@ -11,20 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
-
-func TestTenantLabels_TopN(t *testing.T) {
-	l := newBoundedLabels(2)
-	for _, tc := range []struct{ in, want string }{
-		{"auth:a", "auth:a"}, {"auth:b", "auth:b"}, {"auth:c", "other"}, {"auth:a", "auth:a"}, {"ip:10.0.0.1", "other"},
-	} {
-		if got := l.label(tc.in); got != tc.want {
-			t.Errorf("label(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
 
 // TestMetrics_Exposition runs requests through a server and compares the
 // scheduler series with their upstream names and labels.
@@ -38,7 +28,7 @@ func TestMetrics_Exposition(t *testing.T) {
 		}
 		cfg := Config{
 			Sched:            sched.Config{Priority: testPriority()},
-			Tenancy:          &Tenancy{Tenants: tenants, PriorityFile: file},
+			Tenancy:          &intake.Tenancy{Tenants: tenants, PriorityFile: file},
 			TenantMetricTopN: 1,
 		}
 		ts := startServer(t, cfg, oneWorker)

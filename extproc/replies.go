@@ -8,6 +8,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
 // maxDuplexChunk bounds one re-streamed body chunk in FULL_DUPLEX_STREAMED
@@ -20,17 +22,17 @@ const maxDuplexChunk = 62_000
 // value never reaches a worker that did not get a rank), and
 // envoy.lb/x-gateway-destination-endpoint, both naming t's fallbacks after
 // it when it has any. Set headers are sorted by name.
-func routing(t target) (*extprocv3.HeaderMutation, *structpb.Struct) {
-	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(headerDestination, t.endpoints())}}
-	if t.multiRank {
-		m.SetHeaders = append(m.SetHeaders, setHeader(headerUpstreamRank, strconv.FormatUint(uint64(t.rank), 10)))
+func routing(t fleet.Target) (*extprocv3.HeaderMutation, *structpb.Struct) {
+	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(headerDestination, t.Endpoints())}}
+	if t.MultiRank {
+		m.SetHeaders = append(m.SetHeaders, setHeader(headerUpstreamRank, strconv.FormatUint(uint64(t.Rank), 10)))
 	} else {
 		m.RemoveHeaders = []string{headerUpstreamRank}
 	}
 	sortHeaders(m.SetHeaders)
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{
 		lbNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			headerDestination: structpb.NewStringValue(t.endpoints()),
+			headerDestination: structpb.NewStringValue(t.Endpoints()),
 		}}),
 	}}
 	return m, md

@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
 	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -52,7 +53,8 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
-	planner *planner
+	deps    *exchangeDeps
+	cache   *intake.CacheView
 	disp    *dispatcher
 	health  *health.Server
 	ends    *streamEnds
@@ -78,16 +80,28 @@ type Server struct {
 	started bool
 	// fleet applies every worker set.
 	fleet *fleet.Applier
+	// kv is the KV-event manager, nil without KV events (WithKVEvents).
+	kv *kvevents.Manager
 	// scraper reads the engines' metrics; nil when off. runCtx is Run's
 	// context, which bounds a round's hand-over.
 	scraper *enginemetrics.Scraper
 	runCtx  atomic.Pointer[context.Context]
 }
 
+// Option adds a component to a Server.
+type Option func(*Server)
+
+// WithKVEvents prices and routes with the engines' own KV-cache events
+// wherever a worker's stream is in sync, and with the approximate index
+// elsewhere. The server hands m every worker set and registers its
+// metrics; m's owner runs it (New, then Run). Its block size must be the
+// scheduler's.
+func WithKVEvents(m *kvevents.Manager) Option { return func(s *Server) { s.kv = m } }
+
 // New builds a Server over an initial worker set. It fails on an invalid
 // Config or worker set, and when the SMG reservations exceed the capacity
 // of that set.
-func New(cfg Config, workers []fleet.Worker) (*Server, error) {
+func New(cfg Config, workers []fleet.Worker, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -104,35 +118,35 @@ func New(cfg Config, workers []fleet.Worker) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newServer(cfg, ws, sch)
+	return newServer(cfg, ws, sch, opts...)
 }
 
 // newServer wires a Server around any scheduler; cfg has its defaults.
-func newServer(cfg Config, ws *fleet.Set, sch scheduler) (*Server, error) {
+func newServer(cfg Config, ws *fleet.Set, sch scheduler, opts ...Option) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), idle: make(chan struct{}, 1)}
+	for _, o := range opts {
+		o(s)
+	}
 	s.shed, s.shedNow = context.WithCancel(context.Background())
-	s.metrics = newMetrics(cfg.TenantMetricTopN, s.stats)
+	s.metrics = newMetrics(cfg.TenantMetricTopN, s.Stats)
 	s.ends = newStreamEnds(s.metrics.reg, s.log, time.Now)
-	if cfg.KVEvents != nil {
-		s.metrics.reg.MustRegister(cfg.KVEvents.Collectors()...)
+	if s.kv != nil {
+		s.metrics.reg.MustRegister(s.kv.Collectors()...)
 	}
 	s.metrics.reg.MustRegister(newStateCollector(s))
-	s.metrics.reg.MustRegister(newObjectiveCollector(s))
-	s.metrics.reg.MustRegister(newRewriteCollector(s))
 	s.metrics.reg.MustRegister(newBuildInfoGauge(cfg.Build))
-	tok := cfg.Tokenizer
-	if tok == nil {
-		var err error
-		if tok, err = defaultTokenizer(); err != nil {
-			return nil, err
-		}
+	var exact *kvevents.Index
+	if s.kv != nil {
+		exact = s.kv.Index()
 	}
-	p, err := newPlanner(&s.cfg, tok, s.metrics)
+	s.cache = intake.NewCacheView(intake.CacheConfig{RouterTTL: cfg.RouterTTL, MaxEntries: cfg.PrefixMaxEntries, SpeculativeTTL: cfg.SpeculativeTTL, Exact: exact})
+	s.metrics.reg.MustRegister(s.cache.Collectors()...)
+	d, err := newExchangeDeps(&s.cfg, s.cache, s.metrics)
 	if err != nil {
 		return nil, fmt.Errorf("extproc: %w", err)
 	}
-	s.planner = p
-	s.disp = newDispatcher(sch, ws, time.Now, s.log, dispatcherHooks{
+	s.deps = d
+	s.disp = newDispatcher(sch, ws, s.log, dispatcherHooks{
 		submitted: func(d time.Duration) { s.metrics.decisionLatency.Observe(d.Seconds()) },
 		waited:    s.metrics.observeWait,
 		serving:   s.updateHealth,
@@ -236,11 +250,7 @@ func (s *Server) commitWorkers(set *fleet.Set) error {
 // the metric labels.
 func (s *Server) workerConsumers() []fleet.Consumer {
 	cs := []fleet.Consumer{
-		func(_ *fleet.Set, d fleet.Diff) {
-			for _, id := range d.Removed {
-				s.planner.prefix.removeWorker(id)
-			}
-		},
+		func(_ *fleet.Set, d fleet.Diff) { s.cache.Forget(d.Removed) },
 		func(set *fleet.Set, _ fleet.Diff) {
 			s.metrics.setNamedModels(slices.Collect(maps.Keys(s.cfg.Sched.Policy.Models)), set.Sched)
 		},
@@ -248,11 +258,11 @@ func (s *Server) workerConsumers() []fleet.Consumer {
 	if s.scraper != nil {
 		cs = append(cs, func(set *fleet.Set, _ fleet.Diff) { s.scraper.SetTargets(set.Targets) })
 	}
-	if s.cfg.KVEvents != nil {
-		cs = append(cs, func(set *fleet.Set, _ fleet.Diff) { s.cfg.KVEvents.SetWorkers(set.KV) })
+	if s.kv != nil {
+		cs = append(cs, func(set *fleet.Set, _ fleet.Diff) { s.kv.SetWorkers(set.KV) })
 	} else {
 		cs = append(cs, func(set *fleet.Set, _ fleet.Diff) {
-			if w, ok := namesKVEndpoint(set.KV); ok {
+			if w, ok := set.NamesKVEndpoint(); ok {
 				s.kvOffOnce.Do(func() {
 					s.log.Warn("a worker names a KV-event endpoint, but KV events are off: its events are ignored; start with --kv-events to use them", "worker", w)
 				})
@@ -260,16 +270,6 @@ func (s *Server) workerConsumers() []fleet.Consumer {
 		})
 	}
 	return cs
-}
-
-// namesKVEndpoint returns a worker that names its own KV-event endpoint.
-func namesKVEndpoint(eps []kvevents.Endpoint) (string, bool) {
-	for _, ep := range eps {
-		if ep.Endpoint != "" {
-			return ep.Worker, true
-		}
-	}
-	return "", false
 }
 
 // Ready reports whether the server has workers, leads (or runs without
@@ -392,16 +392,13 @@ func (s *Server) MetricsHandler() http.Handler {
 	return mux
 }
 
-// stats fetches a scheduler snapshot from the dispatcher. Called before
-// Run, it waits for Run to start, at most until ctx ends.
-func (s *Server) stats(ctx context.Context) (sched.Stats, bool) {
+// Stats returns a scheduler snapshot. Called before Run, it waits for Run
+// to start, at most until ctx ends; ok is false when ctx ended first or
+// Run has stopped.
+func (s *Server) Stats(ctx context.Context) (sched.Stats, bool) {
 	r, err := s.disp.call(ctx, event{kind: evStats})
 	if err != nil {
 		return sched.Stats{}, false
 	}
 	return r.stats, true
 }
-
-// Stats returns a scheduler snapshot. It waits for Run to serve, at most
-// until ctx ends; ok is false when ctx ended first or Run has stopped.
-func (s *Server) Stats(ctx context.Context) (sched.Stats, bool) { return s.stats(ctx) }

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -386,7 +387,7 @@ func TestServer_HalfCloseWhileQueuedLeavesTheQueue(t *testing.T) {
 // (ext_proc.cc:1876-1899), and its stream then ends cleanly.
 func TestServer_PreemptedVictimGetsTheImmediateResponse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := Config{Sched: sched.Config{Priority: testPriority()}, Tenancy: &Tenancy{DefaultMaxClass: "system"}}
+		cfg := Config{Sched: sched.Config{Priority: testPriority()}, Tenancy: &intake.Tenancy{DefaultMaxClass: "system"}}
 		ts := startServer(t, cfg, oneWorker)
 		p := proto{req: modeBuffered, resp: modeStreamed, early: true}
 		victim := ts.open()
@@ -416,7 +417,7 @@ func TestServer_PreemptedVictimGetsTheImmediateResponse(t *testing.T) {
 
 func TestServer_PreemptedVictimWithHeldResponseGets503(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := Config{Sched: sched.Config{Priority: testPriority()}, Tenancy: &Tenancy{DefaultMaxClass: "system"}}
+		cfg := Config{Sched: sched.Config{Priority: testPriority()}, Tenancy: &intake.Tenancy{DefaultMaxClass: "system"}}
 		ts := startServer(t, cfg, oneWorker)
 		p := proto{req: modeBuffered, resp: modeStreamed, early: true}
 		victim := ts.open()
@@ -620,19 +621,19 @@ func TestServer_ClientIPFromForwardedFor(t *testing.T) {
 	file.Tenants["ip:198.51.100.7"] = sched.PriorityBulk
 	cfg := testConfig(func(c *Config) {
 		c.ClientIP, c.ForwardedForTrustedHops = ClientIPForwardedFor, 1
-		c.Tenancy = &Tenancy{Tenants: tenants, PriorityFile: file}
+		c.Tenancy = &intake.Tenancy{Tenants: tenants, PriorityFile: file}
 	})
 	x, env, _ := newTestExchange(t, cfg)
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false,
 		"x-forwarded-for", "198.51.100.7, 10.1.1.1", "x-smg-priority", "interactive"), reqBody(chatBody, true))
-	if x.who.tenant != "ip:198.51.100.7" || env.submits[0].Priority != sched.PriorityBulk {
-		t.Fatalf("tenant %q priority %v", x.who.tenant, env.submits[0].Priority)
+	if x.who.Tenant != "ip:198.51.100.7" || env.submits[0].Priority != sched.PriorityBulk {
+		t.Fatalf("tenant %q priority %v", x.who.Tenant, env.submits[0].Priority)
 	}
 	// The default source is the source.address attribute, never the peer.
 	x, _, _ = newTestExchange(t, testConfig(nil))
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false, "x-forwarded-for", "198.51.100.7"))
-	if x.who.tenant != "ip:192.0.2.10" {
-		t.Fatalf("tenant %q", x.who.tenant)
+	if x.who.Tenant != "ip:192.0.2.10" {
+		t.Fatalf("tenant %q", x.who.Tenant)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -64,7 +66,7 @@ func (e *streamEnv) submit(r *sched.Request, sub *subset) error {
 	return e.s.disp.send(e.ctx, event{kind: evSubmit, id: r.ID, req: *r, subset: sub, box: e.box, at: time.Now()})
 }
 
-func (e *streamEnv) route(model string, sub *subset) (target, bool, error) {
+func (e *streamEnv) route(model string, sub *subset) (fleet.Target, bool, error) {
 	r, err := e.s.disp.call(e.ctx, event{kind: evRoute, model: model, subset: sub})
 	return r.target, r.ok, err
 }
@@ -84,8 +86,8 @@ func (e *streamEnv) served(id uint64, worker string, rank uint32) {
 	_ = e.s.disp.send(context.Background(), event{kind: evServed, id: id, worker: worker, rank: rank})
 }
 
-func (e *streamEnv) routed(now time.Time, worker string, pl *plan) {
-	e.s.planner.prefix.record(now, worker, pl.hashes, pl.exact)
+func (e *streamEnv) routed(now time.Time, worker string, pl *intake.Plan) {
+	e.s.deps.planner.Routed(now, worker, pl)
 }
 
 func (e *streamEnv) context() context.Context { return e.ctx }
@@ -109,7 +111,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 	l := &streamLoop{s: s, stream: stream, ctx: stream.Context()}
 	l.cancel, _ = l.ctx.Value(streamCancelKey{}).(context.CancelCauseFunc)
 	env := &streamEnv{s: s, ctx: l.ctx, box: l}
-	l.x = newExchange(s.planner, env, s.log, id)
+	l.x = newExchange(s.deps, env, s.log, id)
 	defer l.stop()
 	m, err := s.firstMessage(l.ctx, stream)
 	if err != nil {

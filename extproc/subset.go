@@ -148,14 +148,14 @@ func (x *exchange) followServed(now time.Time, md *corev3.Metadata) {
 	}
 	t := &x.adm.decision.target
 	served := strings.TrimSpace(v.GetStringValue())
-	if served == t.address {
+	if served == t.Address {
 		return
 	}
-	for _, f := range t.fallbacks {
-		if f.address == served {
-			x.log.Debug("request served by a fallback", "request", x.id, "target", t.worker, "served", f.worker)
-			x.env.served(x.id, f.worker, f.rank)
-			x.env.routed(now, f.worker, x.plan)
+	for _, f := range t.Fallbacks {
+		if f.Address == served {
+			x.log.Debug("request served by a fallback", "request", x.id, "target", t.Worker, "served", f.Worker)
+			x.env.served(x.id, f.Worker, f.Rank)
+			x.env.routed(now, f.Worker, x.plan)
 			*t = f
 			return
 		}

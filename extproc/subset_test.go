@@ -104,7 +104,7 @@ func TestWorkerSetAllowed(t *testing.T) {
 		if rej != nil {
 			t.Fatal(rej.message)
 		}
-		if got := strings.Join(allowedIDs(ws, s), ","); got != want {
+		if got := strings.Join(ws.Allowed(s.admits), ","); got != want {
 			t.Errorf("allowed(%q) = %q, want %q", in, got, want)
 		}
 	}
@@ -132,7 +132,7 @@ func TestExchange_FollowsTheServedEndpoint(t *testing.T) {
 			x, env, _ := newTestExchange(t, testConfig(nil))
 			feed(t, x, reqHeaders(proto{req: modeBuffered, resp: modeStreamed}, "POST", "/v1/chat/completions", false), reqBody(chatBody, true))
 			st := dispatched(false)
-			st.decision.target.fallbacks = []target{{worker: "w1", address: "10.0.0.8:8000"}, {worker: "w2", address: "10.0.0.9:8000"}}
+			st.decision.target.Fallbacks = []fleet.Target{{Worker: "w1", Address: "10.0.0.8:8000"}, {Worker: "w2", Address: "10.0.0.9:8000"}}
 			tell(x, t0, st)
 			if got := kinds(x.message(t0, served(c.addr)).send); !cmp.Equal(got, []string{"resp_headers"}) {
 				t.Fatalf("response headers answered %v", got)

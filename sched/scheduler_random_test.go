@@ -67,7 +67,7 @@ type simDriver struct {
 	victim []uint64       // preempted requests the driver must end
 	// preemptible holds the dispatches marked Preemptible.
 	preemptible map[uint64]bool
-	pool   []Worker
+	pool        []Worker
 	// allowance is how far in-flight may exceed capacity after a shrink.
 	allowance uint32
 	drained   bool

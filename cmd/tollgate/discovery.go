@@ -23,8 +23,10 @@ import (
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/discovery/kube"
-	"github.com/tollgate/tollgate/sched/policy"
 )
+
+// The server is what leader election switches.
+var _ kube.Activator = (*extproc.Server)(nil)
 
 // Values of --discovery.
 const (
@@ -287,16 +289,64 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// startDiscovery starts the configured worker source, feeding srv.SetWorkers,
-// with inferencepool discovery the pool's InferenceObjectives, feeding
-// srv.SetObjectives (explicit are the --objective-class names), and its
-// InferenceModelRewrites, feeding srv.SetModelRewrites (rewrites are the
-// --model-rewrite table), and leader election; goroutines are added to wg
-// and end with ctx.
-func startDiscovery(ctx context.Context, o *options, explicit policy.Objectives, rewrites map[string][]extproc.RewriteTarget,
-	srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) error {
+// kubeClients are the Kubernetes clients of discovery and leader
+// election.
+type kubeClients struct {
+	// core reads EndpointSlices and Pods, and holds the leader Lease.
+	core kubernetes.Interface
+	// dynamic reads the InferencePool, its InferenceObjectives and its
+	// InferenceModelRewrites; needed with --discovery=inferencepool only.
+	dynamic dynamic.Interface
+}
+
+// needsKube reports whether the flags call for a Kubernetes client.
+func (d *discoveryOptions) needsKube() bool { return d.mode != discoveryStatic || d.leaderElect }
+
+// startDiscovery builds the Kubernetes clients from --kubeconfig, or the
+// in-cluster service account, and starts discovery and leader election
+// over them (see discoveryOptions.start). With --discovery=static and no
+// --leader-elect it does nothing.
+func startDiscovery(ctx context.Context, o *options, srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) error {
 	d := &o.discovery
-	if d.mode == discoveryStatic && !d.leaderElect {
+	if !d.needsKube() {
+		return nil
+	}
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	clients, err := d.clients()
+	if err != nil {
+		return err
+	}
+	return d.start(ctx, clients, srv, log, wg)
+}
+
+// clients builds the clients the flags call for.
+func (d *discoveryOptions) clients() (kubeClients, error) {
+	cfg, err := restConfig(d.kubeconfig)
+	if err != nil {
+		return kubeClients{}, err
+	}
+	var c kubeClients
+	if c.core, err = kubernetes.NewForConfig(cfg); err != nil {
+		return kubeClients{}, fmt.Errorf("kubernetes client: %w", err)
+	}
+	if d.mode == discoveryInferencePool {
+		if c.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+			return kubeClients{}, fmt.Errorf("kubernetes dynamic client: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// start starts, over clients, the worker source of --discovery, feeding
+// srv.SetWorkers; with inferencepool discovery the pool's
+// InferenceObjectives and InferenceModelRewrites, feeding srv.SetObjectives
+// and srv.SetModelRewrites, which merge what is found under
+// --objective-class and --model-rewrite; and with --leader-elect leader
+// election, which switches srv between standby and active. Nothing starts
+// unless every part could be built. Goroutines are added to wg and end
+// with ctx.
+func (d *discoveryOptions) start(ctx context.Context, clients kubeClients, srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) error {
+	if !d.needsKube() {
 		return nil
 	}
 	if d.leaderElect {
@@ -306,20 +356,11 @@ func startDiscovery(ctx context.Context, o *options, explicit policy.Objectives,
 			return fmt.Errorf("leader election: %w", err)
 		}
 	}
-	klog.SetSlogLogger(log.With("component", "client-go"))
-	cfg, err := restConfig(d.kubeconfig)
+	src, err := d.source(clients, srv, log)
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
-	}
-	src, err := d.source(cfg, client, srv, log)
-	if err != nil {
-		return err
-	}
-	poolObjects, err := d.poolObjectSources(cfg, explicit, rewrites, srv, log)
+	poolObjects, err := d.poolObjectSources(clients.dynamic, srv, log)
 	if err != nil {
 		return err
 	}
@@ -329,7 +370,7 @@ func startDiscovery(ctx context.Context, o *options, explicit policy.Objectives,
 		if err != nil {
 			return err
 		}
-		lc.Client, lc.Activator, lc.Logger = client, srv, log.With("component", "leader-election")
+		lc.Client, lc.Activator, lc.Logger = clients.core, srv, log.With("component", "leader-election")
 		if el, err = kube.NewElector(lc); err != nil {
 			return err
 		}
@@ -368,7 +409,7 @@ func startDiscovery(ctx context.Context, o *options, explicit policy.Objectives,
 }
 
 // source builds the worker source of --discovery, or nil for static.
-func (d *discoveryOptions) source(cfg *rest.Config, client kubernetes.Interface, srv *extproc.Server, log *slog.Logger) (*kube.Source, error) {
+func (d *discoveryOptions) source(clients kubeClients, srv *extproc.Server, log *slog.Logger) (*kube.Source, error) {
 	if d.mode == discoveryStatic {
 		return nil, nil
 	}
@@ -377,7 +418,7 @@ func (d *discoveryOptions) source(cfg *rest.Config, client kubernetes.Interface,
 		return nil, err
 	}
 	sc := kube.SourceConfig{
-		Client:   client,
+		Client:   clients.core,
 		Defaults: defaults,
 		Apply:    srv.SetWorkers,
 		Logger:   log.With("component", "discovery", "source", d.mode),
@@ -392,51 +433,40 @@ func (d *discoveryOptions) source(cfg *rest.Config, client kubernetes.Interface,
 		sc.Namespace = ns
 		return kube.NewEndpointSliceSource(sc, sel)
 	case discoveryInferencePool:
-		ns, name, dyn, err := d.poolClient(cfg)
+		ns, name, err := splitRef("--pool", d.pool)
 		if err != nil {
 			return nil, err
 		}
 		sc.Namespace = ns
-		return kube.NewPoolSource(sc, dyn, name)
+		return kube.NewPoolSource(sc, clients.dynamic, name)
 	}
 	return nil, fmt.Errorf("--discovery: unknown source %q", d.mode)
 }
 
-// poolClient returns the --pool namespace and name, and a dynamic client
-// for the pool's custom resources.
-func (d *discoveryOptions) poolClient(cfg *rest.Config) (ns, name string, dyn dynamic.Interface, err error) {
-	if ns, name, err = splitRef("--pool", d.pool); err != nil {
-		return "", "", nil, err
-	}
-	if dyn, err = dynamic.NewForConfig(cfg); err != nil {
-		return "", "", nil, fmt.Errorf("kubernetes dynamic client: %w", err)
-	}
-	return ns, name, dyn, nil
-}
-
 // poolObjectSources builds the InferenceObjective and
 // InferenceModelRewrite sources of inferencepool discovery, or none in the
-// other modes.
-func (d *discoveryOptions) poolObjectSources(cfg *rest.Config, explicit policy.Objectives, rewrites map[string][]extproc.RewriteTarget, srv *extproc.Server, log *slog.Logger) ([]interface{ Run(context.Context) error }, error) {
+// other modes. They report every object they find; the server merges them
+// under the flags and answers what the flags shadow, which they log.
+func (d *discoveryOptions) poolObjectSources(dyn dynamic.Interface, srv *extproc.Server, log *slog.Logger) ([]interface{ Run(context.Context) error }, error) {
 	if d.mode != discoveryInferencePool {
 		return nil, nil
 	}
-	ns, name, dyn, err := d.poolClient(cfg)
+	ns, name, err := splitRef("--pool", d.pool)
 	if err != nil {
 		return nil, err
 	}
 	logger := func(resource string) *slog.Logger {
 		return log.With("component", "discovery", "source", resource)
 	}
-	objectives, err := kube.NewObjectiveSource(kube.ObjectiveConfig{Namespace: ns, Pool: name, Explicit: explicit,
+	objectives, err := kube.NewObjectiveSource(kube.ObjectiveConfig{Namespace: ns, Pool: name,
 		Apply: srv.SetObjectives, Logger: logger("inferenceobjectives"), Debounce: d.debounce}, dyn)
 	if err != nil {
 		return nil, err
 	}
-	rewriteSrc, err := kube.NewRewriteSource(kube.RewriteConfig{Namespace: ns, Pool: name, Explicit: rewrites,
+	rewrites, err := kube.NewRewriteSource(kube.RewriteConfig{Namespace: ns, Pool: name,
 		Apply: srv.SetModelRewrites, Logger: logger("inferencemodelrewrites"), Debounce: d.debounce}, dyn)
 	if err != nil {
 		return nil, err
 	}
-	return []interface{ Run(context.Context) error }{objectives, rewriteSrc}, nil
+	return []interface{ Run(context.Context) error }{objectives, rewrites}, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -131,7 +132,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	fs.Float64Var(&o.prefillLoadScale, "router-prefill-load-scale", 1, "weight of prefill blocks in the worker cost")
 	fs.Float64Var(&o.overlapCredit, "router-kv-overlap-score-credit", 1, "credit per cached block in the worker cost")
 	fs.Uint64Var(&o.blockSize, "block-size", sched.DefaultBlockSize, "KV block size in tokens")
-	fs.Uint64Var(&o.routerTTLSecs, "router-ttl-secs", uint64(extproc.DefaultRouterTTL/time.Second), "seconds a routed prefix stays in the prefix index")
+	fs.Uint64Var(&o.routerTTLSecs, "router-ttl-secs", uint64(intake.DefaultRouterTTL/time.Second), "seconds a routed prefix stays in the prefix index")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the worker-selection tie-breaker (0: random)")
 
 	fs.BoolVar(&o.priorityEnabled, "priority-scheduler-enabled", false, "enable SMG priority admission (slot reservations, preemption)")
@@ -180,6 +181,23 @@ type setup struct {
 // build loads every file the options name and builds the server
 // configuration. It reports every problem it finds, joined.
 func (o *options) build(log *slog.Logger) (*setup, error) {
+	cfg, serverErr := o.serverConfig(log)
+	tok, tokErr := o.buildTokenizer()
+	cfg.Tokenizer = tok
+	workers, workersErr := o.workers()
+	err := errors.Join(serverErr, tokErr, o.scheduling(&cfg), workersErr,
+		o.discovery.validate(o), o.kvEvents.validate(), o.kvEvents.checkWorkers(workers), cfg.Validate())
+	if err == nil && cfg.GRPC.TLSCert != "" {
+		_, err = extproc.ServerOptions(cfg) // loads the certificate, key and client CA
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &setup{cfg: cfg, workers: workers, warnings: o.warnings(workers)}, nil
+}
+
+// serverConfig reads the listener, Envoy, limit and shutdown flags.
+func (o *options) serverConfig(log *slog.Logger) (extproc.Config, error) {
 	var errs []error
 	add := func(err error) {
 		if err != nil {
@@ -192,6 +210,7 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 		EnvoyMessageTimeout:     o.envoyMessageTimeout,
 		EnvoyMaxMessageTimeout:  o.envoyMaxMessageTimeout,
 		RouterTTL:               time.Duration(o.routerTTLSecs) * time.Second,
+		SpeculativeTTL:          o.kvEvents.speculative,
 		TenantMetricTopN:        o.tenantMetricTopN,
 		ForwardedForTrustedHops: o.forwardedForHops,
 		DrainDelay:              o.drainDelay,
@@ -244,69 +263,60 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	ip, err := extproc.ParseClientIPSource(o.clientIPSource)
 	add(err)
 	cfg.ClientIP = ip
+	return cfg, errors.Join(errs...)
+}
 
-	tok, err := o.buildTokenizer()
-	add(err)
-	cfg.Tokenizer = tok
-
+// scheduling reads the scheduling flags into cfg: the Dynamo and SMG
+// files, the core's settings, engine signals, fairness, the picker and
+// tenancy.
+func (o *options) scheduling(cfg *extproc.Config) error {
 	var frac *float64
 	if o.routerQueueThreshold.set {
 		frac = &o.routerQueueThreshold.v
 	}
-	pc, pf, err := policy.Load(policy.Files{
+	pc, pf, policyErr := policy.Load(policy.Files{
 		RouterPolicy:    o.routerPolicyConfig,
 		QueueThreshold:  frac,
 		QueuePolicy:     o.routerQueuePolicy,
 		PriorityEnabled: o.priorityEnabled,
 		PriorityConfig:  o.priorityConfig,
 	})
-	add(err)
-	sc, err := o.schedConfig()
-	add(err)
+	sc, schedErr := o.schedConfig()
 	sc.Policy = pc
 	if pf != nil {
 		sc.Priority = pf.PriorityConfig()
 	}
-	em, ec, err := o.engine.configs()
-	add(err)
+	em, ec, engineErr := o.engine.configs()
 	sc.Engine = ec
 	cfg.Sched = sc
 	cfg.EngineMetrics = em
-	add(o.fairness.apply(&cfg))
-	add(o.picker.apply(&cfg))
-
-	ten, err := o.tenancy(pf)
-	add(err)
+	ten, tenancyErr := o.tenancy(pf)
 	cfg.Tenancy = ten
+	return errors.Join(policyErr, schedErr, engineErr, o.fairness.apply(cfg), o.picker.apply(cfg), tenancyErr)
+}
 
-	var workers []fleet.Worker
-	if o.workersFile != "" {
-		workers, err = fleet.LoadWorkersFile(o.workersFile)
-		add(err)
+// workers reads the workers file, if any.
+func (o *options) workers() ([]fleet.Worker, error) {
+	if o.workersFile == "" {
+		return nil, nil
 	}
-	add(o.discovery.validate(o))
-	add(o.kvEvents.validate())
-	add(o.kvEvents.checkWorkers(workers))
-	add(cfg.Validate())
-	if len(errs) == 0 && cfg.GRPC.TLSCert != "" {
-		_, err := extproc.ServerOptions(cfg) // loads the certificate, key and client CA
-		add(err)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	st := &setup{cfg: cfg, workers: workers}
+	return fleet.LoadWorkersFile(o.workersFile)
+}
+
+// warnings are the settings that work but deserve a word at startup.
+func (o *options) warnings(workers []fleet.Worker) []string {
+	var ws []string
 	if o.discovery.mode == discoveryStatic && len(workers) == 0 {
 		if o.workersFile == "" {
-			st.warnings = append(st.warnings, "no workers: --discovery=static without --workers serves no worker; every inference request is answered 503")
+			ws = append(ws, "no workers: --discovery=static without --workers serves no worker; every inference request is answered 503")
 		} else {
-			st.warnings = append(st.warnings, "no workers: "+o.workersFile+" lists none; every inference request is answered 503 until it does")
+			ws = append(ws, "no workers: "+o.workersFile+" lists none; every inference request is answered 503 until it does")
 		}
 	}
 	if o.picker.testEndpointSelection {
-		st.warnings = append(st.warnings, "--test-endpoint-selection is on: any client can choose its worker with the test-epp-endpoint-selection header; use it for conformance tests only")
+		ws = append(ws, "--test-endpoint-selection is on: any client can choose its worker with the test-epp-endpoint-selection header; use it for conformance tests only")
 	}
-	return st, nil
+	return ws
 }
 
 // checkListenAddr reports a listen address that is not host:port with a
@@ -352,7 +362,7 @@ func (o *options) schedConfig() (sched.Config, error) {
 }
 
 // tenancy resolves the tenant flags and the priority file's tenant policies.
-func (o *options) tenancy(pf *policy.PriorityFile) (*extproc.Tenancy, error) {
+func (o *options) tenancy(pf *policy.PriorityFile) (*intake.Tenancy, error) {
 	var errs []error
 	keys := append([]string(nil), o.tenantAPIKeys...)
 	if o.tenantAPIKeysFile != "" {
@@ -372,7 +382,7 @@ func (o *options) tenancy(pf *policy.PriorityFile) (*extproc.Tenancy, error) {
 		errs = append(errs, err)
 	}
 	// extproc.Config.Validate checks DefaultMaxClass.
-	t := &extproc.Tenancy{Tenants: tenants, PriorityFile: pf, DefaultMaxClass: o.defaultMaxClass}
+	t := &intake.Tenancy{Tenants: tenants, PriorityFile: pf, DefaultMaxClass: o.defaultMaxClass}
 	return t, errors.Join(errs...)
 }
 

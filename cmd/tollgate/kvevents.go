@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/extproc/intake"
 )
 
 // kvEventsOptions are the KV-event flags.
@@ -31,7 +32,7 @@ func registerKVEventsFlags(fs *flag.FlagSet, k *kvEventsOptions) {
 	fs.IntVar(&k.replayPort, "kv-events-replay-port", 0, "with --kv-events-port: the engines' replay port")
 	fs.Uint64Var(&k.resyncSecs, "kv-events-resync-secs", uint64(kvevents.DefaultResyncAfter/time.Second), "seconds a worker whose events were lost without replay is priced approximately")
 	fs.IntVar(&k.maxBlocks, "kv-events-max-blocks", 1<<22, "bound of the exact prefix index, in (worker, rank, block) entries")
-	fs.DurationVar(&k.speculative, "kv-events-speculative-ttl", kvevents.DefaultSpeculativeTTL, "how long a routed prompt counts as cached on its worker before the engine reports it")
+	fs.DurationVar(&k.speculative, "kv-events-speculative-ttl", intake.DefaultSpeculativeTTL, "how long a routed prompt counts as cached on its synced worker before the engine reports it")
 }
 
 // on reports whether KV events are enabled.
@@ -87,7 +88,8 @@ func (k *kvEventsOptions) checkWorkers(ws []fleet.Worker) error {
 	return fmt.Errorf("%s kv_events_endpoint, but KV events are off: add --kv-events to price with the engines' KV events, or remove the key", who)
 }
 
-// manager starts the KV-event manager, or returns nil when events are off.
+// manager makes the KV-event manager, which serve runs, or returns nil
+// when events are off. In bind mode its socket is bound already.
 func (k *kvEventsOptions) manager(blockSize int, log *slog.Logger) (*kvevents.Manager, error) {
 	if !k.on() {
 		return nil, nil
@@ -95,7 +97,6 @@ func (k *kvEventsOptions) manager(blockSize int, log *slog.Logger) (*kvevents.Ma
 	return kvevents.New(kvevents.Config{
 		BlockSize:         blockSize,
 		MaxBlocks:         k.maxBlocks,
-		SpeculativeTTL:    k.speculative,
 		ResyncAfter:       time.Duration(k.resyncSecs) * time.Second,
 		Bind:              k.bind,
 		DefaultPort:       k.port,

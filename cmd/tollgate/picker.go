@@ -8,6 +8,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -58,13 +59,13 @@ func (o *pickerOptions) apply(cfg *extproc.Config) error {
 	cfg.Sched.Fallbacks = o.fallbackEndpoints
 	cfg.TestEndpointSelection = o.testEndpointSelection
 	for _, s := range o.modelRewrites {
-		from, targets, err := extproc.ParseModelRewrite(s)
+		from, targets, err := intake.ParseModelRewrite(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--model-rewrite: %w", err))
 			continue
 		}
 		if cfg.ModelRewrites == nil {
-			cfg.ModelRewrites = map[string][]extproc.RewriteTarget{}
+			cfg.ModelRewrites = map[string][]intake.RewriteTarget{}
 		}
 		if _, dup := cfg.ModelRewrites[from]; dup {
 			errs = append(errs, fmt.Errorf("--model-rewrite: model %q is rewritten twice", from))

@@ -57,18 +57,34 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 	if err != nil {
 		return err
 	}
+	// runCtx runs the background work (the KV-event manager, the server's
+	// loops, the watchers, discovery) until the drain is over; wg waits
+	// for it.
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	var wg sync.WaitGroup
+	// abort stops the background work started so far and returns err.
+	abort := func(err error) error {
+		stopRun()
+		wg.Wait()
+		return err
+	}
+	var opts []extproc.Option
 	if kv != nil {
-		defer kv.Close() // ends its connections at once, whatever the engines do
-		st.cfg.KVEvents = kv
+		opts = append(opts, extproc.WithKVEvents(kv))
+		// Run subscribes to the workers the server hands over, from now
+		// on; once runCtx ends it closes every connection (and bind
+		// mode's socket) at once, whatever the engines do, and returns.
+		wg.Go(func() { _ = kv.Run(runCtx) })
 	}
 	st.cfg.Build = currentBuild().forServer()
-	srv, err := extproc.New(st.cfg, st.workers)
+	srv, err := extproc.New(st.cfg, st.workers, opts...)
 	if err != nil {
-		return o.explainReservations(err)
+		return abort(o.explainReservations(err))
 	}
 	gopts, err := extproc.ServerOptions(st.cfg)
 	if err != nil {
-		return err
+		return abort(err)
 	}
 	gs := grpc.NewServer(gopts...)
 	srv.Register(gs)
@@ -79,18 +95,15 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 	}
 	gl, err := listen(ctx, "tcp", o.grpcAddr)
 	if err != nil {
-		return fmt.Errorf("grpc listener: %w", err)
+		return abort(fmt.Errorf("grpc listener: %w", err))
 	}
 	ml, err := listen(ctx, "tcp", o.metricsAddr)
 	if err != nil {
 		_ = gl.Close()
-		return fmt.Errorf("metrics listener: %w", err)
+		return abort(fmt.Errorf("metrics listener: %w", err))
 	}
 	hs := &http.Server{Handler: srv.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
 
-	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopRun()
-	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Run(runCtx) })
 	errc := make(chan error, 2)
 	wg.Go(func() { errc <- ignoreClosed(gs.Serve(gl)) })
@@ -115,7 +128,7 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 			}
 		})
 	}
-	if err := startDiscovery(runCtx, o, st.cfg.Objectives, st.cfg.ModelRewrites, srv, log, &wg); err != nil {
+	if err := startDiscovery(runCtx, o, srv, log, &wg); err != nil {
 		stopRun()
 		_ = hs.Close()
 		gs.Stop()
@@ -147,9 +160,9 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 	}
 	cancel()
 	stopRun()
-	// The watchers and discovery end with runCtx. Past the budget plus a
-	// fixed margin the process exits whatever they wait on: no peer keeps
-	// it alive.
+	// The KV-event manager (at once), the watchers and discovery end with
+	// runCtx. Past the budget plus a fixed margin the process exits
+	// whatever they wait on: no peer keeps it alive.
 	stopped := make(chan struct{})
 	go func() {
 		srv.Wait()

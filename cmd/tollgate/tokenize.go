@@ -9,6 +9,7 @@ import (
 	"io"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/extproc/request/tokenize"
 )
@@ -45,6 +46,9 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	if err := parseFlags(fs, "tokenize", args, stdout, stderr); err != nil {
 		return err
 	}
+	if o.maxBodyBytes <= 0 { // as serve reads it: 0 means the default
+		o.maxBodyBytes = extproc.DefaultMaxBodyBytes
+	}
 	tok, err := o.buildTokenizer()
 	if err != nil {
 		return err
@@ -57,12 +61,13 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	if err != nil {
 		return err
 	}
-	count, err := extproc.CountPrompt(ctx, tok, kind, body, o.maxBodyBytes)
-	var rej *extproc.RejectedRequest
+	count, err := intake.CountPrompt(ctx, tok, kind, body, o.maxBodyBytes)
+	var rej *intake.Rejection
 	switch {
 	case errors.As(err, &rej):
-		fmt.Fprintf(stderr, "%s\n", rej.Body)
-		return fmt.Errorf("serve would reject this request with status %d", rej.Status)
+		status, answer := extproc.Answer(rej)
+		fmt.Fprintf(stderr, "%s\n", answer)
+		return fmt.Errorf("serve would reject this request with status %d", status)
 	case ctx.Err() != nil:
 		return fmt.Errorf("interrupted: %w", context.Cause(ctx))
 	case err != nil:

@@ -70,6 +70,16 @@ func (s *Set) Addr(id string) (Addr, bool) {
 	return a, ok
 }
 
+// NamesKVEndpoint returns a worker that names its own KV-event endpoint.
+func (s *Set) NamesKVEndpoint() (string, bool) {
+	for _, ep := range s.KV {
+		if ep.Endpoint != "" {
+			return ep.Worker, true
+		}
+	}
+	return "", false
+}
+
 // Diff is what changed from one applied set to the next, by worker id in
 // the new set's order (removed ones in the old set's order).
 type Diff struct {

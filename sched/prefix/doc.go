@@ -1,7 +1,11 @@
-// Package prefix is tollgate's approximate prefix-cache index: the router's
-// own record of which worker was sent which prompt blocks, used to estimate
-// how many of a new request's prompt tokens each worker already holds in its
-// KV cache (Dynamo's approximate, no-KV-events mode).
+// Package prefix holds tollgate's two prefix-cache indexes and the block
+// hashes they share. Index is the approximate one: the router's own record
+// of which worker was sent which prompt blocks, used to estimate how many of
+// a new request's prompt tokens each worker already holds in its KV cache
+// (Dynamo's approximate, no-KV-events mode). Exact is the precise one: the
+// blocks each engine reports cached through its KV-cache events. Which
+// figure prices a worker is the cache view's rule (extproc/intake), not
+// this package's.
 //
 // A prompt is cut into full blocks of a fixed size (tokens, or bytes when no
 // exact tokenizer is configured) and each block gets a chained 64-bit hash:
@@ -25,7 +29,7 @@
 //
 // The package is pure: it imports only the standard library (and the sched
 // contract types), never reads the clock (time is an argument), starts no
-// goroutines and does no I/O. An Index is not safe for concurrent use; the
-// shell guards it with a mutex. The hash functions are safe for concurrent
+// goroutines and does no I/O. Neither index is safe for concurrent use;
+// their owners guard them with a mutex. The hash functions are safe for concurrent
 // use.
 package prefix

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -65,7 +66,7 @@ func (s serverSpec) build(log *slog.Logger) (extproc.Config, error) {
 		Logger:              log,
 		EnvoyMessageTimeout: messageTimeout,
 		Sched:               sc,
-		Tenancy:             &extproc.Tenancy{Tenants: tenants, PriorityFile: pf, DefaultMaxClass: "default"},
+		Tenancy:             &intake.Tenancy{Tenants: tenants, PriorityFile: pf, DefaultMaxClass: "default"},
 		Fairness:            s.fairness,
 		// The demo stops its own stack: no readiness drain to wait for.
 		DrainDelay:      -1,

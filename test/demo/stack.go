@@ -139,7 +139,6 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 		if st.kv, err = kvevents.New(kvevents.Config{BlockSize: int(cfg.Sched.BlockSize), Logger: log}); err != nil {
 			return st, err
 		}
-		cfg.KVEvents = st.kv
 	}
 	return st, st.startServer(ctx, cfg, workers)
 }
@@ -147,7 +146,11 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 // startServer starts the tollgate server over workers and the simulated
 // Envoy in front of it. The caller closes st on error.
 func (st *stack) startServer(ctx context.Context, cfg extproc.Config, workers []fleet.Worker) error {
-	srv, err := extproc.New(cfg, workers)
+	var opts []extproc.Option
+	if st.kv != nil {
+		opts = append(opts, extproc.WithKVEvents(st.kv))
+	}
+	srv, err := extproc.New(cfg, workers, opts...)
 	if err != nil {
 		return err
 	}
@@ -173,6 +176,9 @@ func (st *stack) startServer(ctx context.Context, cfg extproc.Config, workers []
 
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	st.stopRun = stopRun
+	if st.kv != nil {
+		st.wg.Go(func() { _ = st.kv.Run(runCtx) })
+	}
 	st.wg.Go(func() { _ = srv.Run(runCtx) })
 	st.wg.Go(func() { _ = st.gs.Serve(gl) })
 	st.wg.Go(func() { _ = st.ms.Serve(ml) })
@@ -297,10 +303,7 @@ func (st *stack) close() {
 	if st.srv != nil {
 		st.srv.Wait()
 	}
-	st.wg.Wait()
-	if st.kv != nil {
-		st.kv.Close()
-	}
+	st.wg.Wait() // the KV-event manager's Run too
 }
 
 // close cancels the worker's requests, then stops its server.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/extproc/request/tokenize"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/test/envoysim"
@@ -218,9 +219,9 @@ func always(mockworker.RequestInfo) bool { return true }
 
 // tenancy configures tenant keys key-a (tenant a) and key-b (tenant b)
 // with the given default max class.
-func tenancy(t *testing.T, defaultMax string) *extproc.Tenancy {
+func tenancy(t *testing.T, defaultMax string) *intake.Tenancy {
 	t.Helper()
-	return &extproc.Tenancy{Tenants: mustTenants(t, "a:key-a", "b:key-b"), DefaultMaxClass: defaultMax}
+	return &intake.Tenancy{Tenants: mustTenants(t, "a:key-a", "b:key-b"), DefaultMaxClass: defaultMax}
 }
 
 func TestClientCancelWhileQueuedThenCapacityFrees(t *testing.T) {
@@ -342,7 +343,7 @@ func TestPreemptionAsTheVictimSeesIt(t *testing.T) {
 					config: func(c *extproc.Config) {
 						c.EnvoyTimeoutMargin = 700 * time.Millisecond
 						c.Sched.Priority = priorityConfig(30 * time.Second)
-						c.Tenancy = &extproc.Tenancy{DefaultMaxClass: "system"}
+						c.Tenancy = &intake.Tenancy{DefaultMaxClass: "system"}
 					}, sim: func(c *envoysim.Config) { c.SendBodyWithoutWaitingForHeaderResponse = tc.early }})
 				victim := s.async(context.Background(), tc.victim)
 				s.parked(1)
@@ -380,7 +381,7 @@ func TestPreemptionAsTheVictimSeesIt(t *testing.T) {
 		bulkOnly := func(r mockworker.RequestInfo) bool { return r.Header.Get("X-Smg-Priority") == "bulk" }
 		s := newStack(t, options{maxRunning: 1, hold: bulkOnly, config: func(c *extproc.Config) {
 			c.Sched.Priority = priorityConfig(30 * time.Second)
-			c.Tenancy = &extproc.Tenancy{DefaultMaxClass: "system"}
+			c.Tenancy = &intake.Tenancy{DefaultMaxClass: "system"}
 		}, sim: func(c *envoysim.Config) { c.SendBodyWithoutWaitingForHeaderResponse = false }})
 		committed := make(chan struct{})
 		req := chat("background job", "X-Smg-Priority", "bulk")

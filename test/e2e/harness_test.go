@@ -180,18 +180,32 @@ func newStack(t *testing.T, o options) *stack {
 	if o.kvEvents || len(o.kvEndpoints) > 0 {
 		// A short speculative TTL: the tests check what the engines report,
 		// not what tollgate routed a moment ago.
-		kv, err := kvevents.New(kvevents.Config{BlockSize: sched.DefaultBlockSize, SpeculativeTTL: time.Millisecond,
-			ReconnectDelay: 20 * time.Millisecond})
+		cfg.SpeculativeTTL = time.Millisecond
+		kv, err := kvevents.New(kvevents.Config{BlockSize: sched.DefaultBlockSize, ReconnectDelay: 20 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(kv.Close)
-		st.kv, cfg.KVEvents = kv, kv
+		// Cleaned up after the server (cleanups run last first).
+		kvCtx, stopKV := context.WithCancel(context.Background())
+		kvDone := make(chan struct{})
+		go func() {
+			defer close(kvDone)
+			_ = kv.Run(kvCtx)
+		}()
+		t.Cleanup(func() {
+			stopKV()
+			<-kvDone
+		})
+		st.kv = kv
 	}
 	if o.config != nil {
 		o.config(&cfg)
 	}
-	srv, err := extproc.New(cfg, st.list)
+	var srvOpts []extproc.Option
+	if st.kv != nil {
+		srvOpts = append(srvOpts, extproc.WithKVEvents(st.kv))
+	}
+	srv, err := extproc.New(cfg, st.list, srvOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

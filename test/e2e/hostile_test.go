@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
@@ -19,7 +20,7 @@ import (
 
 // hostileTenancy trusts the tenant header; tenant "capped" may ask for at
 // most bulk, tenant "ops" for interactive.
-func hostileTenancy(t *testing.T) *extproc.Tenancy {
+func hostileTenancy(t *testing.T) *intake.Tenancy {
 	t.Helper()
 	file := policy.DefaultPriorityFile()
 	file.Tenants["header:capped"] = sched.PriorityBulk
@@ -28,7 +29,7 @@ func hostileTenancy(t *testing.T) *extproc.Tenancy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &extproc.Tenancy{Tenants: tenants, PriorityFile: file}
+	return &intake.Tenancy{Tenants: tenants, PriorityFile: file}
 }
 
 // TestStrictPriorityHintStaysUnderTheTenantCeiling: a tenant capped at bulk

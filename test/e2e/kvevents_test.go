@@ -59,14 +59,13 @@ func direct(t *testing.T, w *mockworker.Worker, prompt []int) {
 }
 
 // eventsCached is what tollgate's exact index says worker holds of prompt:
-// the lookup is made an hour ahead, when every speculative entry of
-// tollgate's own routing has expired (a lookup changes no entry).
+// the engines' events alone, without tollgate's own routing.
 func (s *stack) eventsCached(worker string, prompt []int) uint64 {
 	u := make([]uint32, len(prompt))
 	for i, v := range prompt {
 		u[i] = uint32(v)
 	}
-	found, _ := s.kv.Index().Lookup(time.Now().Add(time.Hour), prefix.HashTokens(s.kv.Index().SeedFor(model), u, bs, nil), bs, nil, nil)
+	found, _ := s.kv.Index().Lookup(prefix.HashTokens(s.kv.Index().SeedFor(model), u, bs, nil), bs, nil, nil, nil)
 	for _, c := range found {
 		if c.Worker == worker {
 			return c.Tokens

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/test/envoysim"
 	"github.com/tollgate/tollgate/test/mockworker"
@@ -274,7 +275,7 @@ func TestModelRewrite(t *testing.T) {
 		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req, workers: 2,
 				config: func(c *extproc.Config) {
-					c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}}
+					c.ModelRewrites = map[string][]intake.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}}
 				},
 				sim: func(c *envoysim.Config) {
 					if m.req == extprocfilterv3.ProcessingMode_STREAMED {
@@ -316,7 +317,7 @@ func TestModelRewrite(t *testing.T) {
 	t.Run("streamed on the headers alone", inBubble(func(t *testing.T) {
 		s := newStack(t, options{mode: extprocfilterv3.ProcessingMode_STREAMED, anyModel: true,
 			config: func(c *extproc.Config) {
-				c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}}
+				c.ModelRewrites = map[string][]intake.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}}
 			}})
 		r := s.do(post("/v1/chat/completions", []byte(`{"model":"team-alias","messages":[{"role":"user","content":"x"}]}`)))
 		if strings.Contains(string(r.Upstream.Body), `"model":"`+model+`"`) {
@@ -332,7 +333,7 @@ func TestModelRewriteWeighted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newStack(t, options{workers: 2, anyModel: true,
 			config: func(c *extproc.Config) {
-				c.ModelRewrites = map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}, {Model: "mistral", Weight: 1}}}
+				c.ModelRewrites = map[string][]intake.RewriteTarget{"team-alias": {{Model: model, Weight: 1}, {Model: "mistral", Weight: 1}}}
 			}})
 		seen := map[string]int{}
 		for i := range 24 {
@@ -362,7 +363,7 @@ func TestModelRewriteBufferedResponse(t *testing.T) {
 		t.Run(m.name, inBubble(func(t *testing.T) {
 			s := newStack(t, options{mode: m.req, workers: 1,
 				config: func(c *extproc.Config) {
-					c.ModelRewrites = map[string][]extproc.RewriteTarget{"a-much-longer-team-alias": {{Model: model, Weight: 1}}}
+					c.ModelRewrites = map[string][]intake.RewriteTarget{"a-much-longer-team-alias": {{Model: model, Weight: 1}}}
 				},
 				sim: func(c *envoysim.Config) {
 					c.Mode.ResponseBodyMode = extprocfilterv3.ProcessingMode_BUFFERED
@@ -402,12 +403,12 @@ func TestModelRewriteObjects(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newStack(t, options{workers: 2,
 			config: func(c *extproc.Config) {
-				c.ModelRewrites = map[string][]extproc.RewriteTarget{"pinned": {{Model: "served-nowhere", Weight: 1}}}
+				c.ModelRewrites = map[string][]intake.RewriteTarget{"pinned": {{Model: "served-nowhere", Weight: 1}}}
 			},
 			sim: func(c *envoysim.Config) { c.Mode.ResponseBodyMode = extprocfilterv3.ProcessingMode_BUFFERED }})
-		if err := s.srv.SetModelRewrites(extproc.ModelRewriteRules{
-			Exact: map[string][]extproc.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}, "pinned": {{Model: model, Weight: 1}}},
-			Other: []extproc.RewriteTarget{{Model: model, Weight: 1}},
+		if _, err := s.srv.SetModelRewrites(intake.ModelRewriteRules{
+			Exact: map[string][]intake.RewriteTarget{"team-alias": {{Model: model, Weight: 1}}, "pinned": {{Model: model, Weight: 1}}},
+			Other: []intake.RewriteTarget{{Model: model, Weight: 1}},
 		}); err != nil {
 			t.Fatal(err)
 		}

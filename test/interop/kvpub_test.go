@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,8 @@ func cached(m *kvevents.Manager, prompt []int) uint64 {
 	for i, v := range prompt {
 		u[i] = uint32(v)
 	}
-	for _, c := range m.Lookup(time.Now(), prefix.HashTokens(m.Index().SeedFor(model), u, blockSize, nil), blockSize, nil) {
+	found, _ := m.Index().Lookup(prefix.HashTokens(m.Index().SeedFor(model), u, blockSize, nil), blockSize, nil, nil, nil)
+	for _, c := range found {
 		if c.Worker == "w0" {
 			return c.Tokens
 		}
@@ -61,7 +63,16 @@ func TestPythonPublisher(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(m.Close)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = m.Run(ctx)
+			}()
+			t.Cleanup(func() {
+				cancel()
+				<-done
+			})
 			m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Endpoint: p.Pub, Replay: p.Replay}})
 
 			// Batches sent before the subscription took hold are fetched

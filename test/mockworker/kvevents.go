@@ -13,6 +13,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/tollgate/tollgate/extproc/engine/kvevents"
+	"github.com/tollgate/tollgate/test/kvwire"
 )
 
 // DefaultKVBufferSteps is how many batches the replay socket keeps (vLLM's
@@ -33,7 +34,7 @@ type KVEventsConfig struct {
 	// Topic is the first frame of every message, e.g. "kv@<pod>@<model>".
 	Topic string
 	// Encoding selects the batch and event shapes and the hash encoding.
-	Encoding kvevents.Encoding
+	Encoding kvwire.Encoding
 	// DPRank, when set, is sent as the batch's data_parallel_rank, and both
 	// endpoints' ports are offset by it, as a data-parallel vLLM rank does.
 	DPRank *uint32
@@ -115,7 +116,7 @@ func (p *publisher) publish(events []kvevents.Event) {
 	if p.cfg.DPRank != nil {
 		b.Rank, b.HasRank = *p.cfg.DPRank, true
 	}
-	payload := kvevents.Encode(&b, p.cfg.Encoding)
+	payload := kvwire.Encode(&b, p.cfg.Encoding)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	seq := p.seq

@@ -28,20 +28,26 @@
 // namespace whose spec.poolRef names the pool, decoding only spec.priority
 // and spec.poolRef. Each gives its name (the objective header value) a
 // priority class by policy.ObjectiveClass (negative: bulk, 0 or unset:
-// default, positive: interactive); names the operator maps with
-// --objective-class are left to the flags. It debounces like the worker
-// sources and hands the whole mapping to ObjectiveConfig.Apply, normally
-// (*extproc.Server).SetObjectives, which swaps it in atomically. It runs
-// apart from the worker sources, so a cluster without the
-// InferenceObjective CRD (logged once, then checked again with the
-// reflector's backoff) never holds up worker discovery.
+// default, positive: interactive). It debounces like the worker sources
+// and hands the whole mapping found to ObjectiveConfig.Apply, normally
+// (*extproc.Server).SetObjectives, which merges it under the operator's
+// --objective-class names (the flags win, and the found names past the
+// budget of names they share are left out by name order) and swaps it in
+// atomically. The merge has one owner, the server: the source reports
+// every valid object it finds (at most policy.MaxObjectives names, by
+// name order, a bound on its own memory) and logs the server's answer,
+// what a flag shadows and what the budget left out, as problems of the
+// objects concerned. It runs apart from the worker sources, so a cluster
+// without the InferenceObjective CRD (logged once, then checked again with
+// the reflector's backoff) never holds up worker discovery.
 //
 // NewRewriteSource follows the pool's InferenceModelRewrites the same way
 // and hands RewriteConfig.Apply (normally
 // (*extproc.Server).SetModelRewrites) one rule per requested model name,
 // plus the rule without matches, resolved by the API's precedence: exact
-// before generic, the oldest object, the first rule of an object. Names
-// the operator rewrites with --model-rewrite are left to the flag.
+// before generic, the oldest object, the first rule of an object. The
+// server merges them under the --model-rewrite table the same way, and the
+// source logs its answer on the rules concerned.
 //
 // Both read worker capacity from the pod's annotations (AnnotationWorkerID,
 // AnnotationMaxRunningRequests, AnnotationMaxNumBatchedTokens,

@@ -143,6 +143,19 @@ func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(
 // count returns how many log lines contain s.
 func (l *logBuffer) count(s string) int { return strings.Count(l.String(), s) }
 
+// await waits until the log holds s: a source logs its problems after the
+// apply returns.
+func (l *logBuffer) await(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(l.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log lacks %q:\n%s", s, l)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // pod returns a Running, Ready pod with ip and annotations as key, value
 // pairs.
 func pod(name, ip string, kv ...string) *corev1.Pod {

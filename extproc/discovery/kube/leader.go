@@ -14,8 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-
-	"github.com/tollgate/tollgate/extproc"
 )
 
 // Leader election defaults, client-go's usual values.
@@ -26,7 +24,7 @@ const (
 )
 
 // Activator is what leader election switches: the ext_proc server
-// (*extproc.Server implements it).
+// (*extproc.Server implements it; cmd/tollgate checks).
 //
 // SetActive(ctx, false) must, at once: report NOT_SERVING on gRPC health and
 // 503 on /readyz; answer every queued request 503 with Retry-After; answer
@@ -39,8 +37,6 @@ const (
 type Activator interface {
 	SetActive(ctx context.Context, active bool) error
 }
-
-var _ Activator = (*extproc.Server)(nil)
 
 // activatorTimeout bounds one SetActive call.
 const activatorTimeout = 5 * time.Second

@@ -9,13 +9,13 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched/policy"
 )
 
@@ -39,14 +39,14 @@ type ObjectiveConfig struct {
 	// Pool is the InferencePool's name; objectives whose spec.poolRef
 	// names another pool are not read. Required.
 	Pool string
-	// Explicit are the operator's --objective-class names. They win over
-	// objects (the server merges them); the source leaves them out of what
-	// it applies and logs the objects they shadow.
-	Explicit policy.Objectives
-	// Apply installs a complete mapping from objective name to class;
-	// normally (*extproc.Server).SetObjectives. It must leave the current
-	// mapping in force when it returns an error. Required.
-	Apply func(policy.Objectives) error
+	// Apply installs the complete mapping found, from objective name to
+	// class; normally (*extproc.Server).SetObjectives. It owns the merge
+	// with the operator's --objective-class names, which win, and the
+	// budget of policy.MaxObjectives names they share; its answer says
+	// which objects a flag shadows and which names the budget left out,
+	// and the source logs both on the objects concerned. It must leave the
+	// current mapping in force when it returns an error. Required.
+	Apply func(policy.Objectives) (intake.Merge, error)
 	// Logger receives the source's logs. Nil discards them.
 	Logger *slog.Logger
 	// Debounce is how long to wait after a change before rebuilding.
@@ -70,9 +70,6 @@ type ObjectiveSource struct {
 // pool cfg.Pool in cfg.Namespace, read through the dynamic client.
 func NewObjectiveSource(cfg ObjectiveConfig, dyn dynamic.Interface) (*ObjectiveSource, error) {
 	errs := checkWatchConfig(dyn, cfg.Apply != nil, cfg.Namespace, cfg.Pool, cfg.Debounce)
-	if err := cfg.Explicit.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("kube: explicit objectives: %w", err))
-	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -104,15 +101,18 @@ func NewObjectiveSource(cfg ObjectiveConfig, dyn dynamic.Interface) (*ObjectiveS
 // informer has stopped, and an error only when called twice.
 func (s *ObjectiveSource) Run(ctx context.Context) error { return s.w.run(ctx) }
 
-// build maps the pool's objects: each gives its name a class, except
-// names --objective-class sets and objects past the bound. notes say what
-// was ignored and why.
-func (s *ObjectiveSource) build(objs []*unstructured.Unstructured) (policy.Objectives, map[string]string) {
+// build maps the pool's objects: each gives its name a class, up to the
+// first policy.MaxObjectives names in name order, which bound what the
+// source holds. Names --objective-class also sets are reported all the
+// same: the server's merge decides, and its answer is explained on the
+// objects. notes say what was ignored and why.
+func (s *ObjectiveSource) build(objs []*unstructured.Unstructured) built[policy.Objectives] {
 	notes := make(map[string]string)
 	found := make(policy.Objectives)
+	priority := make(map[string]string) // name -> spec.priority as written
 	for _, u := range objs {
 		name := u.GetName()
-		subject := "InferenceObjective " + s.cfg.Namespace + "/" + name
+		subject := s.subject(name)
 		o, err := decodeObjective(u)
 		if err != nil {
 			notes[subject] = "ignored: " + err.Error()
@@ -126,26 +126,34 @@ func (s *ObjectiveSource) build(objs []*unstructured.Unstructured) (policy.Objec
 			notes[subject] = "ignored: " + err.Error()
 			continue
 		}
-		class := policy.ObjectiveClass(o.priority)
-		if p, ok := s.cfg.Explicit[name]; ok {
-			if p != class {
-				notes[subject] = fmt.Sprintf("spec.priority %s (class %s) ignored: --objective-class maps %s to %s", o.priorityText(), class, name, p)
-			}
-			continue
-		}
-		found[name] = class
+		found[name], priority[name] = policy.ObjectiveClass(o.priority), o.priorityText()
 	}
-	if limit := policy.MaxObjectives - len(s.cfg.Explicit); len(found) > limit {
-		names := slices.Sorted(maps.Keys(found))
-		dropped := names[limit:]
-		for _, n := range dropped {
+	var unheld []string // names past the source's own bound
+	if len(found) > policy.MaxObjectives {
+		unheld = slices.Sorted(maps.Keys(found))[policy.MaxObjectives:]
+		for _, n := range unheld {
 			delete(found, n)
 		}
-		first := dropped[:min(len(dropped), 5)]
-		notes["InferenceObjectives of pool "+s.cfg.Namespace+"/"+s.cfg.Pool] = fmt.Sprintf(
-			"%d objects past the limit of %d objective names ignored (by name order; first: %s)", len(dropped), policy.MaxObjectives, strings.Join(first, ", "))
 	}
-	return found, notes
+	explain := func(m intake.Merge) map[string]string {
+		notes := make(map[string]string)
+		for name, flag := range m.Shadowed {
+			if class, ok := found[name]; ok {
+				notes[s.subject(name)] = fmt.Sprintf("spec.priority %s (class %s) ignored: %s", priority[name], class, flag)
+			}
+		}
+		if n, first := pastLimit(unheld, m.Dropped); n > 0 {
+			notes["InferenceObjectives of pool "+s.cfg.Namespace+"/"+s.cfg.Pool] = fmt.Sprintf(
+				"%d objects past the limit of %d objective names ignored (by name order; first: %s)", n, policy.MaxObjectives, first)
+		}
+		return notes
+	}
+	return built[policy.Objectives]{value: found, notes: notes, explain: explain}
+}
+
+// subject names the InferenceObjective name in notes.
+func (s *ObjectiveSource) subject(name string) string {
+	return "InferenceObjective " + s.cfg.Namespace + "/" + name
 }
 
 // objectiveObject is the part of an InferenceObjective that tollgate

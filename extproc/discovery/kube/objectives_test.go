@@ -21,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -46,46 +47,92 @@ func newPoolDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
 			InferenceModelRewriteGVR: "InferenceModelRewriteList"}, objs...)
 }
 
-// objRecorder is an ObjectiveConfig.Apply that keeps the last mapping.
+// objRecorder is an ObjectiveConfig.Apply that merges what the source
+// found as the server does, through a real intake.ObjectiveTable over the
+// flags (or the server's own SetObjectives), and keeps what it was given,
+// what it answered and what is in force.
 type objRecorder struct {
+	set   func(policy.Objectives) (intake.Merge, error)
+	table *intake.ObjectiveTable // nil when set is the server's
+
 	mu      sync.Mutex
-	last    policy.Objectives
+	found   policy.Objectives
+	inForce policy.Objectives
+	answer  intake.Merge
 	calls   int
 	changed chan struct{}
 }
 
-func newObjRecorder() *objRecorder { return &objRecorder{changed: make(chan struct{})} }
+// newObjRecorder merges into a table over the --objective-class flags.
+func newObjRecorder(t *testing.T, flags policy.Objectives) *objRecorder {
+	t.Helper()
+	table, err := intake.NewObjectiveTable(flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &objRecorder{set: table.Set, table: table, changed: make(chan struct{})}
+}
 
-func (r *objRecorder) apply(o policy.Objectives) error {
-	if err := o.Validate(); err != nil {
-		return err
+// passObjRecorder hands what the source found to set, normally a server's
+// SetObjectives.
+func passObjRecorder(set func(policy.Objectives) (intake.Merge, error)) *objRecorder {
+	return &objRecorder{set: set, changed: make(chan struct{})}
+}
+
+func (r *objRecorder) apply(o policy.Objectives) (intake.Merge, error) {
+	m, err := r.set(o)
+	if err != nil {
+		return m, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.last, r.calls = maps.Clone(o), r.calls+1
+	r.found, r.answer, r.calls = maps.Clone(o), m, r.calls+1
+	if r.table != nil {
+		r.inForce = r.table.Current()
+	}
 	close(r.changed)
 	r.changed = make(chan struct{})
-	return nil
+	return m, nil
 }
 
-// await waits until the last mapping equals want.
+// await waits until the mapping in force (flags and objects merged)
+// equals want.
 func (r *objRecorder) await(t *testing.T, want policy.Objectives) {
+	t.Helper()
+	r.awaitMapping(t, "in force", func() policy.Objectives { return r.inForce }, want)
+}
+
+// awaitFound waits until the mapping the source last applied equals want.
+func (r *objRecorder) awaitFound(t *testing.T, want policy.Objectives) {
+	t.Helper()
+	r.awaitMapping(t, "found", func() policy.Objectives { return r.found }, want)
+}
+
+// awaitMapping waits until get, read under r.mu, equals want.
+func (r *objRecorder) awaitMapping(t *testing.T, what string, get func() policy.Objectives, want policy.Objectives) {
 	t.Helper()
 	deadline := time.NewTimer(10 * time.Second)
 	defer deadline.Stop()
 	for {
 		r.mu.Lock()
-		ch, last, calls := r.changed, r.last, r.calls
+		ch, got, calls := r.changed, get(), r.calls
 		r.mu.Unlock()
-		if calls > 0 && maps.Equal(last, want) {
+		if calls > 0 && maps.Equal(got, want) {
 			return
 		}
 		select {
 		case <-ch:
 		case <-deadline.C:
-			t.Fatalf("objective mapping is %v (%d applies), want %v", last, calls, want)
+			t.Fatalf("objective mapping %s is %v (%d applies), want %v", what, got, calls, want)
 		}
 	}
+}
+
+// lastAnswer returns the last answer to an apply and how many there were.
+func (r *objRecorder) lastAnswer() (intake.Merge, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.answer, r.calls
 }
 
 func runObjectiveSource(t *testing.T, src *ObjectiveSource) (stop func()) {
@@ -108,10 +155,10 @@ func TestObjectiveSource_FollowsObjects(t *testing.T) {
 		xgroup,
 		leaving,
 	)
-	rec, logs := newObjRecorder(), &logBuffer{}
+	flags := policy.Objectives{"pinned": sched.PrioritySystem, "flag-only": sched.PriorityBulk}
+	rec, logs := newObjRecorder(t, flags), &logBuffer{}
 	src, err := NewObjectiveSource(ObjectiveConfig{
-		Namespace: ns, Pool: "pool", Explicit: policy.Objectives{"pinned": sched.PrioritySystem, "flag-only": sched.PriorityBulk},
-		Apply: rec.apply, Logger: logs.logger(), Debounce: 10 * time.Millisecond,
+		Namespace: ns, Pool: "pool", Apply: rec.apply, Logger: logs.logger(), Debounce: 10 * time.Millisecond,
 	}, dyn)
 	if err != nil {
 		t.Fatal(err)
@@ -119,16 +166,21 @@ func TestObjectiveSource_FollowsObjects(t *testing.T) {
 	stop := runObjectiveSource(t, src)
 
 	// negative → bulk, 0 or unset → default, positive → interactive; the
-	// other pool's object and the flag's name are left out.
-	rec.await(t, policy.Objectives{"chat": sched.PriorityInteractive, "batch": sched.PriorityBulk,
-		"plain": sched.PriorityDefault, "zero": sched.PriorityDefault})
+	// other pool's object is left out. The source reports the flag's name
+	// too, and the merge keeps the flag's class.
+	withFlags := func(o policy.Objectives) policy.Objectives {
+		maps.Copy(o, flags)
+		return o
+	}
+	rec.await(t, withFlags(policy.Objectives{"chat": sched.PriorityInteractive, "batch": sched.PriorityBulk,
+		"plain": sched.PriorityDefault, "zero": sched.PriorityDefault}))
+	rec.awaitFound(t, policy.Objectives{"chat": sched.PriorityInteractive, "batch": sched.PriorityBulk,
+		"plain": sched.PriorityDefault, "zero": sched.PriorityDefault, "pinned": sched.PriorityBulk})
 	for _, want := range []string{
 		`InferenceObjective llm/legacy" problem="ignored: spec.poolRef.group is \"inference.networking.x-k8s.io\"`,
 		`InferenceObjective llm/pinned" problem="spec.priority -1 (class bulk) ignored: --objective-class maps pinned to system"`,
 	} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, logs)
-		}
+		logs.await(t, want)
 	}
 	if strings.Contains(logs.String(), "elsewhere") {
 		t.Errorf("another pool's objective was logged:\n%s", logs)
@@ -146,42 +198,147 @@ func TestObjectiveSource_FollowsObjects(t *testing.T) {
 	if err := api.Delete(ctx, "batch", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rec.await(t, policy.Objectives{"chat": sched.PriorityBulk, "assist": sched.PriorityInteractive,
-		"plain": sched.PriorityDefault, "zero": sched.PriorityDefault})
+	rec.await(t, withFlags(policy.Objectives{"chat": sched.PriorityBulk, "assist": sched.PriorityInteractive,
+		"plain": sched.PriorityDefault, "zero": sched.PriorityDefault}))
 
 	// An object moved to another pool leaves the mapping.
 	if _, err := api.Update(ctx, inferenceObjective("assist", "other-pool", ptr(int64(1))), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rec.await(t, policy.Objectives{"chat": sched.PriorityBulk, "plain": sched.PriorityDefault, "zero": sched.PriorityDefault})
+	rec.await(t, withFlags(policy.Objectives{"chat": sched.PriorityBulk, "plain": sched.PriorityDefault, "zero": sched.PriorityDefault}))
 	stop() // the update is logged after it is applied
 	if n := logs.count("objective classes updated"); n < 3 {
 		t.Errorf("%d updates logged, want at least 3:\n%s", n, logs)
 	}
 }
 
+// The names past the budget are left out by name order and logged in one
+// note on the pool, whether the source's own bound or the server's merge,
+// which counts the flags' names in the budget, left them out.
 func TestObjectiveSource_BoundsTheObjects(t *testing.T) {
-	var objs []runtime.Object
-	for i := range policy.MaxObjectives + 3 {
-		objs = append(objs, inferenceObjective(fmt.Sprintf("o-%04d", i), "pool", ptr(int64(1))))
+	tests := []struct {
+		name    string
+		objects int
+		flags   []string
+		// held is how many objects the merge keeps; note is the pool's.
+		held int
+		note string
+	}{
+		{name: "the source's bound", objects: policy.MaxObjectives + 3, held: policy.MaxObjectives,
+			note: "3 objects past the limit of 1024 objective names ignored (by name order; first: o-1024, o-1025, o-1026)"},
+		{name: "the merge's budget", objects: policy.MaxObjectives, flags: []string{"flag-a", "flag-b"}, held: policy.MaxObjectives - 2,
+			note: "2 objects past the limit of 1024 objective names ignored (by name order; first: o-1022, o-1023)"},
+		{name: "both", objects: policy.MaxObjectives + 3, flags: []string{"flag"}, held: policy.MaxObjectives - 1,
+			note: "4 objects past the limit of 1024 objective names ignored (by name order; first: o-1023, o-1024, o-1025, o-1026)"},
 	}
-	rec, logs := newObjRecorder(), &logBuffer{}
-	src, err := NewObjectiveSource(ObjectiveConfig{
-		Namespace: ns, Pool: "pool", Explicit: policy.Objectives{"flag": sched.PriorityBulk},
-		Apply: rec.apply, Logger: logs.logger(), Debounce: 10 * time.Millisecond,
-	}, newPoolDynamic(objs...))
-	if err != nil {
-		t.Fatal(err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var objs []runtime.Object
+			for i := range tt.objects {
+				objs = append(objs, inferenceObjective(fmt.Sprintf("o-%04d", i), "pool", ptr(int64(1))))
+			}
+			flags := policy.Objectives{}
+			for _, f := range tt.flags {
+				flags[f] = sched.PriorityBulk
+			}
+			rec, logs := newObjRecorder(t, flags), &logBuffer{}
+			src, err := NewObjectiveSource(ObjectiveConfig{
+				Namespace: ns, Pool: "pool", Apply: rec.apply, Logger: logs.logger(), Debounce: 10 * time.Millisecond,
+			}, newPoolDynamic(objs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := runObjectiveSource(t, src)
+			want := maps.Clone(flags)
+			for i := range tt.held {
+				want[fmt.Sprintf("o-%04d", i)] = sched.PriorityInteractive
+			}
+			rec.await(t, want)
+			stop() // the note is logged after the apply returns
+			if n := logs.count(tt.note); n != 1 {
+				t.Errorf("the bound is logged %d times, want once (%q):\n%s", n, tt.note, logs)
+			}
+		})
 	}
-	runObjectiveSource(t, src)
-	want := policy.Objectives{}
-	for i := range policy.MaxObjectives - 1 { // one name is the flag's
-		want[fmt.Sprintf("o-%04d", i)] = sched.PriorityInteractive
-	}
-	rec.await(t, want)
-	if !strings.Contains(logs.String(), "4 objects past the limit of 1024 objective names ignored (by name order; first: o-1023, o-1024, o-1025, o-1026)") {
-		t.Errorf("the bound is not logged:\n%s", logs)
-	}
+}
+
+// The server's answer is logged on the objects it concerns, once, and
+// stays while nothing changes: rebuilds on unrelated events neither repeat
+// it nor report it resolved. It changes with the object and is resolved
+// when the object goes.
+func TestObjectiveSource_AnswerNotes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dyn := newPoolDynamic(
+			inferenceObjective("pinned", "pool", ptr(int64(5))),
+			inferenceObjective("same", "pool", ptr(int64(0))),
+			inferenceObjective("chat", "pool", ptr(int64(1))))
+		rec, logs := newObjRecorder(t, policy.Objectives{"pinned": sched.PrioritySystem, "same": sched.PriorityDefault}), &logBuffer{}
+		src, err := NewObjectiveSource(ObjectiveConfig{Namespace: ns, Pool: "pool", Apply: rec.apply,
+			Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runObjectiveSource(t, src)
+		settle()
+		const subject = `subject="InferenceObjective llm/pinned"`
+		note := func(priority, class string) string {
+			return subject + ` problem="spec.priority ` + priority + ` (class ` + class + `) ignored: --objective-class maps pinned to system"`
+		}
+		if n := logs.count(note("5", "interactive")); n != 1 {
+			t.Fatalf("the shadowed object is logged %d times, want once:\n%s", n, logs)
+		}
+		if strings.Contains(logs.String(), "llm/same") {
+			t.Errorf("an object the flag agrees with is logged:\n%s", logs)
+		}
+		m, calls := rec.lastAnswer()
+		if calls != 1 || !maps.Equal(m.Shadowed, map[string]string{"pinned": "--objective-class maps pinned to system"}) {
+			t.Errorf("%d applies, last answer shadows %v", calls, m.Shadowed)
+		}
+
+		api := dyn.Resource(InferenceObjectiveGVR).Namespace(ns)
+		ctx := context.Background()
+		update := func(u *unstructured.Unstructured) {
+			t.Helper()
+			if _, err := api.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			settle()
+		}
+		// Events that change nothing applied: the note stays as it is.
+		relabeled := inferenceObjective("chat", "pool", ptr(int64(1)))
+		relabeled.SetLabels(map[string]string{"team": "a"})
+		update(relabeled)
+		if _, err := api.Create(ctx, inferenceObjective("elsewhere", "other-pool", ptr(int64(1))), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		settle()
+		if _, calls := rec.lastAnswer(); calls != 1 {
+			t.Errorf("%d applies after events that change nothing, want 1", calls)
+		}
+		if n := logs.count(subject); n != 1 || logs.count("problem resolved") != 0 {
+			t.Errorf("the note flapped:\n%s", logs)
+		}
+		// A new priority of the same class: the same answer, told anew.
+		update(inferenceObjective("pinned", "pool", ptr(int64(7))))
+		if n := logs.count(note("7", "interactive")); n != 1 {
+			t.Errorf("the changed object is logged %d times, want once:\n%s", n, logs)
+		}
+		// Another class: a new apply, a new answer.
+		update(inferenceObjective("pinned", "pool", ptr(int64(-1))))
+		if n := logs.count(note("-1", "bulk")); n != 1 {
+			t.Errorf("the changed class is logged %d times, want once:\n%s", n, logs)
+		}
+		if n := logs.count("problem resolved"); n != 0 {
+			t.Errorf("a note was resolved while it holds:\n%s", logs)
+		}
+		if err := api.Delete(ctx, "pinned", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		settle()
+		if n := logs.count(`problem resolved" ` + subject); n != 1 {
+			t.Errorf("the note is resolved %d times, want once:\n%s", n, logs)
+		}
+	})
 }
 
 // A cluster without the InferenceObjective API: worker discovery goes on,
@@ -206,7 +363,7 @@ func TestObjectiveSource_MissingAPI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec := newObjRecorder()
+		rec := newObjRecorder(t, nil)
 		objectives, err := NewObjectiveSource(ObjectiveConfig{Namespace: ns, Pool: "pool", Apply: rec.apply,
 			Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn)
 		if err != nil {
@@ -219,10 +376,7 @@ func TestObjectiveSource_MissingAPI(t *testing.T) {
 		if n := logs.count("the InferenceObjective API is not installed"); n != 1 {
 			t.Errorf("missing API logged %d times after %d lists, want once:\n%s", n, lists.Load(), logs)
 		}
-		rec.mu.Lock()
-		calls := rec.calls
-		rec.mu.Unlock()
-		if calls != 0 {
+		if _, calls := rec.lastAnswer(); calls != 0 {
 			t.Errorf("a mapping was applied without the API")
 		}
 		installed.Store(true)
@@ -231,9 +385,8 @@ func TestObjectiveSource_MissingAPI(t *testing.T) {
 }
 
 func TestNewObjectiveSource_ReportsEveryProblem(t *testing.T) {
-	_, err := NewObjectiveSource(ObjectiveConfig{Namespace: "Bad", Pool: "Bad_Pool", Debounce: -1,
-		Explicit: policy.Objectives{"": sched.PriorityBulk}}, nil)
-	for _, want := range []string{"dynamic client", "apply function", "namespace", "inference pool name", "debounce", "empty"} {
+	_, err := NewObjectiveSource(ObjectiveConfig{Namespace: "Bad", Pool: "Bad_Pool", Debounce: -1}, nil)
+	for _, want := range []string{"dynamic client", "apply function", "namespace", "inference pool name", "debounce"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
 		}
@@ -254,7 +407,7 @@ func TestEndToEnd_ObjectiveClasses(t *testing.T) {
 		explicit := policy.Objectives{"pinned": sched.PrioritySystem}
 		s := startStackWith(t, extproc.Config{
 			Sched:      sched.Config{Priority: priorityConfig()},
-			Tenancy:    &extproc.Tenancy{Tenants: tenants, PriorityFile: file, DefaultMaxClass: "system"},
+			Tenancy:    &intake.Tenancy{Tenants: tenants, PriorityFile: file, DefaultMaxClass: "system"},
 			Objectives: explicit,
 		})
 		port := s.worker("w0")
@@ -267,21 +420,20 @@ func TestEndToEnd_ObjectiveClasses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec := newObjRecorder()
-		objectives, err := NewObjectiveSource(ObjectiveConfig{Namespace: ns, Pool: "pool", Explicit: explicit, Debounce: 10 * time.Millisecond,
-			Apply: func(o policy.Objectives) error {
-				if err := s.srv.SetObjectives(o); err != nil {
-					return err
-				}
-				return rec.apply(o)
-			}}, dyn)
+		rec, logs := passObjRecorder(s.srv.SetObjectives), &logBuffer{}
+		objectives, err := NewObjectiveSource(ObjectiveConfig{Namespace: ns, Pool: "pool", Debounce: 10 * time.Millisecond,
+			Apply: rec.apply, Logger: logs.logger()}, dyn)
 		if err != nil {
 			t.Fatal(err)
 		}
 		runWorkerSource(t, workers)
 		runObjectiveSource(t, objectives)
 		eventually(t, 5*time.Second, "the server ready", s.srv.Ready)
-		rec.await(t, policy.Objectives{"chat": sched.PriorityInteractive, "batch": sched.PriorityBulk})
+		rec.awaitFound(t, policy.Objectives{"chat": sched.PriorityInteractive, "batch": sched.PriorityBulk, "pinned": sched.PriorityBulk})
+		// The server's answer: the flag shadows pinned.
+		eventually(t, 5*time.Second, "the shadowed object logged", func() bool {
+			return logs.count(`subject="InferenceObjective llm/pinned" problem="spec.priority -5 (class bulk) ignored: --objective-class maps pinned to system"`) == 1
+		})
 
 		// Hold the only slot; each request after it queues in its class.
 		results := make(chan int, 8)
@@ -310,7 +462,7 @@ func TestEndToEnd_ObjectiveClasses(t *testing.T) {
 			inferenceObjective("chat", "pool", ptr(int64(-1))), metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		rec.await(t, policy.Objectives{"chat": sched.PriorityBulk, "batch": sched.PriorityBulk})
+		rec.awaitFound(t, policy.Objectives{"chat": sched.PriorityBulk, "batch": sched.PriorityBulk, "pinned": sched.PriorityBulk})
 		queuedIn("chat → bulk after the update", sched.PriorityBulk, "x-smg-tenant-id", "blue", "x-llm-d-inference-objective", "chat")
 
 		s.gate.Open()

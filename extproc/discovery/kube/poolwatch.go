@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/tollgate/tollgate/extproc/intake"
 )
 
 // watchConfig says what a poolWatch follows and how it turns the objects
@@ -38,15 +41,27 @@ type watchConfig[T any] struct {
 	debounce        time.Duration
 	log             *slog.Logger
 
-	// build turns the pool's live objects into the value to apply and notes
-	// (subject to problem) on what was ignored and why.
-	build func([]*unstructured.Unstructured) (T, map[string]string)
+	// build turns the pool's live objects into the value to apply.
+	build func([]*unstructured.Unstructured) built[T]
 	// equal reports whether two built values are the same.
 	equal func(a, b T) bool
-	// apply installs a value; on error the one in force stays.
-	apply func(T) error
+	// apply installs a value and answers how the server merged it under
+	// the operator's flags; on error the one in force stays.
+	apply func(T) (intake.Merge, error)
 	// updated logs a value applied in place of old.
 	updated func(log *slog.Logger, old, cur T)
+}
+
+// built is one build of a pool watch's value from the pool's objects.
+type built[T any] struct {
+	value T
+	// notes map a subject (an object, or the pool's objects as a whole)
+	// to a problem: what of it was ignored and why.
+	notes map[string]string
+	// explain turns the server's answer to value into notes on the
+	// objects concerned: what a flag shadows and what the name budget
+	// left out. Nil: no notes.
+	explain func(intake.Merge) map[string]string
 }
 
 // checkWatchConfig reports the problems with the settings every pool
@@ -89,8 +104,11 @@ type poolWatch[T any] struct {
 	// Owned by run's goroutine.
 	applied    T
 	hasApplied bool
-	rejected   string
-	notes      map[string]string
+	// answer is the server's answer to applied.
+	answer   intake.Merge
+	rejected string
+	// notes are the problems logged by the last sync.
+	notes map[string]string
 }
 
 // newPoolWatch sets up the informer of a checked config; a zero debounce
@@ -178,22 +196,62 @@ func (w *poolWatch[T]) run(ctx context.Context) error {
 }
 
 // sync builds the value and applies it when it differs from the one in
-// force.
+// force, then logs the problems of the build and of the server's answer.
+// While the value stays the same the last answer stands: it is explained
+// again for the objects as they are now, so its notes neither repeat nor
+// read as resolved. A rejected value leaves the last answer too, since the
+// value it answered stays in force.
 func (w *poolWatch[T]) sync() {
-	found, notes := w.build(w.objects())
-	w.report(notes)
-	if w.hasApplied && w.equal(found, w.applied) {
-		return
+	b := w.build(w.objects())
+	changed := !w.hasApplied || !w.equal(b.value, w.applied)
+	var err error
+	if changed {
+		var m intake.Merge
+		if m, err = w.apply(b.value); err == nil {
+			w.answer = m
+		}
 	}
-	if err := w.apply(found); err != nil {
+	notes := b.notes
+	if b.explain != nil {
+		notes = joinNotes(notes, b.explain(w.answer))
+	}
+	w.report(notes)
+	switch {
+	case !changed:
+	case err != nil:
 		if text := err.Error(); text != w.rejected {
 			w.rejected = text
 			w.log.Error(w.what+" rejected; keeping the current ones", "error", text)
 		}
-		return
+	default:
+		w.updated(w.log, w.applied, b.value)
+		w.applied, w.hasApplied, w.rejected = b.value, true, ""
 	}
-	w.updated(w.log, w.applied, found)
-	w.applied, w.hasApplied, w.rejected = found, true, ""
+}
+
+// joinNotes returns the notes of a and b, joined by "; " where both hold
+// a subject.
+func joinNotes(a, b map[string]string) map[string]string {
+	if len(b) == 0 {
+		return a
+	}
+	out := make(map[string]string, len(a)+len(b))
+	maps.Copy(out, a)
+	for subject, msg := range b {
+		if prev, ok := out[subject]; ok {
+			msg = prev + "; " + msg
+		}
+		out[subject] = msg
+	}
+	return out
+}
+
+// pastLimit summarizes the names past a name budget for a note: how many,
+// and the first five in name order. a and b are the names left out by the
+// source's own bound and by the server's merge.
+func pastLimit(a, b []string) (n int, first string) {
+	names := slices.Compact(slices.Sorted(slices.Values(slices.Concat(a, b))))
+	return len(names), strings.Join(names[:min(len(names), 5)], ", ")
 }
 
 // objects returns the cached objects of the pool's namespace whose

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/extproc/request/openai"
 )
 
@@ -32,14 +32,14 @@ type RewriteConfig struct {
 	// Pool is the InferencePool's name; rewrites whose spec.poolRef names
 	// another pool are not read. Required.
 	Pool string
-	// Explicit is the operator's --model-rewrite table. It wins over
-	// objects (the server merges them); the source leaves its names out of
-	// what it applies and logs the object rules they shadow.
-	Explicit map[string][]extproc.RewriteTarget
 	// Apply installs the complete rules found; normally
-	// (*extproc.Server).SetModelRewrites. It must leave the current table in
-	// force when it returns an error. Required.
-	Apply func(extproc.ModelRewriteRules) error
+	// (*extproc.Server).SetModelRewrites. It owns the merge with the
+	// operator's --model-rewrite table, which wins, and the budget of
+	// intake.MaxModelRewrites names they share; its answer says which
+	// rules a flag shadows and which names the budget left out, and the
+	// source logs both on the objects concerned. It must leave the current
+	// table in force when it returns an error. Required.
+	Apply func(intake.ModelRewriteRules) (intake.Merge, error)
 	// Logger receives the source's logs. Nil discards them.
 	Logger *slog.Logger
 	// Debounce is how long to wait after a change before rebuilding.
@@ -59,28 +59,25 @@ type RewriteConfig struct {
 // one with NewRewriteSource, then call Run once.
 type RewriteSource struct {
 	cfg RewriteConfig
-	w   *poolWatch[extproc.ModelRewriteRules]
+	w   *poolWatch[intake.ModelRewriteRules]
 }
 
 // NewRewriteSource returns a source over the InferenceModelRewrites of the
 // pool cfg.Pool in cfg.Namespace, read through the dynamic client.
 func NewRewriteSource(cfg RewriteConfig, dyn dynamic.Interface) (*RewriteSource, error) {
 	errs := checkWatchConfig(dyn, cfg.Apply != nil, cfg.Namespace, cfg.Pool, cfg.Debounce)
-	if len(cfg.Explicit) > extproc.MaxModelRewrites {
-		errs = append(errs, fmt.Errorf("kube: %d explicit model rewrites exceed %d", len(cfg.Explicit), extproc.MaxModelRewrites))
-	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	s := &RewriteSource{cfg: cfg}
-	w, err := newPoolWatch(watchConfig[extproc.ModelRewriteRules]{
+	w, err := newPoolWatch(watchConfig[intake.ModelRewriteRules]{
 		gvr: InferenceModelRewriteGVR, kind: "InferenceModelRewrite", source: "rewrite source",
 		what: "model rewrites", flag: "--model-rewrite",
 		namespace: cfg.Namespace, pool: cfg.Pool, debounce: cfg.Debounce, log: cfg.Logger,
 		build: s.build,
 		equal: sameRules,
 		apply: cfg.Apply,
-		updated: func(log *slog.Logger, _, cur extproc.ModelRewriteRules) {
+		updated: func(log *slog.Logger, _, cur intake.ModelRewriteRules) {
 			log.Info("model rewrites updated from InferenceModelRewrites", "models", len(cur.Exact),
 				"first", firstNames(slices.Sorted(maps.Keys(cur.Exact))), "other_models_rewritten", cur.Other != nil)
 		},
@@ -99,14 +96,26 @@ func NewRewriteSource(cfg RewriteConfig, dyn dynamic.Interface) (*RewriteSource,
 // informer has stopped, and an error only when called twice.
 func (s *RewriteSource) Run(ctx context.Context) error { return s.w.run(ctx) }
 
-func sameRules(a, b extproc.ModelRewriteRules) bool {
+func sameRules(a, b intake.ModelRewriteRules) bool {
 	return slices.Equal(a.Other, b.Other) && (a.Other == nil) == (b.Other == nil) &&
 		maps.EqualFunc(a.Exact, b.Exact, slices.Equal)
 }
 
-// build resolves the rules of the pool's objects by precedence. notes
-// say what was ignored and why.
-func (s *RewriteSource) build(objs []*unstructured.Unstructured) (extproc.ModelRewriteRules, map[string]string) {
+// ruleRef names the rule that rewrites a model name: its object and its
+// index in spec.rules.
+type ruleRef struct {
+	object string
+	index  int
+}
+
+func (r ruleRef) String() string { return fmt.Sprintf("%s rule %d", r.object, r.index) }
+
+// build resolves the rules of the pool's objects by precedence, up to the
+// first intake.MaxModelRewrites model names in name order, which bound
+// what the source holds. Names --model-rewrite also sets are reported all
+// the same: the server's merge decides, and its answer is explained on the
+// rules. notes say what was ignored and why.
+func (s *RewriteSource) build(objs []*unstructured.Unstructured) built[intake.ModelRewriteRules] {
 	notes := make(map[string]string)
 	// The oldest object first; the name breaks ties of the same second.
 	slices.SortFunc(objs, func(a, b *unstructured.Unstructured) int {
@@ -115,11 +124,11 @@ func (s *RewriteSource) build(objs []*unstructured.Unstructured) (extproc.ModelR
 		}
 		return cmp.Compare(a.GetName(), b.GetName())
 	})
-	found := extproc.ModelRewriteRules{Exact: make(map[string][]extproc.RewriteTarget)}
-	source := make(map[string]string) // model name -> the rule that rewrites it
+	found := intake.ModelRewriteRules{Exact: make(map[string][]intake.RewriteTarget)}
+	source := make(map[string]ruleRef) // model name -> the rule that rewrites it
 	otherFrom := ""
 	for _, u := range objs {
-		subject := "InferenceModelRewrite " + s.cfg.Namespace + "/" + u.GetName()
+		subject := s.subject(u.GetName())
 		r, err := decodeRewrite(u)
 		if err != nil {
 			notes[subject] = "ignored: " + err.Error()
@@ -131,7 +140,7 @@ func (s *RewriteSource) build(objs []*unstructured.Unstructured) (extproc.ModelR
 		}
 		var problems []string
 		for i, rule := range r.Spec.Rules {
-			where := fmt.Sprintf("%s rule %d", u.GetName(), i)
+			where := ruleRef{object: u.GetName(), index: i}
 			targets, problem := rewriteTargets(rule.Targets)
 			if targets == nil {
 				problems = append(problems, fmt.Sprintf("rule %d ignored: %s", i, problem))
@@ -145,21 +154,20 @@ func (s *RewriteSource) build(objs []*unstructured.Unstructured) (extproc.ModelR
 					problems = append(problems, fmt.Sprintf("rule %d (no matches) shadowed by %s", i, otherFrom))
 					continue
 				}
-				found.Other, otherFrom = targets, where
+				found.Other, otherFrom = targets, where.String()
 				continue
 			}
 			for j, m := range rule.Matches {
 				name := m.Model.Value
+				prev, taken := source[name]
 				switch {
 				case m.Model.Type != "" && m.Model.Type != "Exact":
 					problems = append(problems, fmt.Sprintf("rule %d match %d ignored: type %q (only Exact is supported)", i, j, m.Model.Type))
 				case name == "" || len(name) > openai.MaxModelNameBytes:
 					problems = append(problems, fmt.Sprintf("rule %d match %d ignored: model name of %d bytes (want 1 to %d)", i, j, len(name), openai.MaxModelNameBytes))
-				case s.cfg.Explicit[name] != nil:
-					problems = append(problems, fmt.Sprintf("rule %d for %q ignored: --model-rewrite sets it", i, name))
-				case source[name] != "":
-					if source[name] != where {
-						problems = append(problems, fmt.Sprintf("rule %d for %q shadowed by %s", i, name, source[name]))
+				case taken:
+					if prev != where {
+						problems = append(problems, fmt.Sprintf("rule %d for %q shadowed by %s", i, name, prev))
 					}
 				default:
 					found.Exact[name], source[name] = targets, where
@@ -170,17 +178,41 @@ func (s *RewriteSource) build(objs []*unstructured.Unstructured) (extproc.ModelR
 			notes[subject] = strings.Join(problems, "; ")
 		}
 	}
-	if limit := extproc.MaxModelRewrites - len(s.cfg.Explicit); len(found.Exact) > limit {
-		names := slices.Sorted(maps.Keys(found.Exact))
-		dropped := names[limit:]
-		for _, n := range dropped {
+	var unheld []string // names past the source's own bound
+	if len(found.Exact) > intake.MaxModelRewrites {
+		unheld = slices.Sorted(maps.Keys(found.Exact))[intake.MaxModelRewrites:]
+		for _, n := range unheld {
 			delete(found.Exact, n)
 		}
-		first := dropped[:min(len(dropped), 5)]
-		notes["InferenceModelRewrites of pool "+s.cfg.Namespace+"/"+s.cfg.Pool] = fmt.Sprintf(
-			"%d model names past the limit of %d rewrites ignored (by name order; first: %s)", len(dropped), extproc.MaxModelRewrites, strings.Join(first, ", "))
 	}
-	return found, notes
+	explain := func(m intake.Merge) map[string]string {
+		notes := make(map[string]string)
+		shadowed := make(map[string][]string) // subject -> notes, in rule then name order
+		for _, name := range slices.SortedFunc(maps.Keys(m.Shadowed), func(a, b string) int {
+			return cmp.Or(cmp.Compare(source[a].index, source[b].index), cmp.Compare(a, b))
+		}) {
+			if _, ok := found.Exact[name]; !ok {
+				continue
+			}
+			ref := source[name]
+			subject := s.subject(ref.object)
+			shadowed[subject] = append(shadowed[subject], fmt.Sprintf("rule %d for %q ignored: %s", ref.index, name, m.Shadowed[name]))
+		}
+		for subject, msgs := range shadowed {
+			notes[subject] = strings.Join(msgs, "; ")
+		}
+		if n, first := pastLimit(unheld, m.Dropped); n > 0 {
+			notes["InferenceModelRewrites of pool "+s.cfg.Namespace+"/"+s.cfg.Pool] = fmt.Sprintf(
+				"%d model names past the limit of %d rewrites ignored (by name order; first: %s)", n, intake.MaxModelRewrites, first)
+		}
+		return notes
+	}
+	return built[intake.ModelRewriteRules]{value: found, notes: notes, explain: explain}
+}
+
+// subject names the InferenceModelRewrite name in notes.
+func (s *RewriteSource) subject(name string) string {
+	return "InferenceModelRewrite " + s.cfg.Namespace + "/" + name
 }
 
 // rewriteTargets turns a rule's targets into weighted targets, or returns
@@ -188,15 +220,15 @@ func (s *RewriteSource) build(objs []*unstructured.Unstructured) (extproc.ModelR
 // on every target or on none (then they split evenly); a target without a
 // weight next to weighted ones never receives requests, as in the peer's
 // picker, and the second result says so.
-func rewriteTargets(ts []rewriteTarget) ([]extproc.RewriteTarget, string) {
+func rewriteTargets(ts []rewriteTarget) ([]intake.RewriteTarget, string) {
 	if len(ts) == 0 {
 		return nil, "no targets"
 	}
-	if len(ts) > extproc.MaxRewriteTargets {
-		return nil, fmt.Sprintf("%d targets exceed %d", len(ts), extproc.MaxRewriteTargets)
+	if len(ts) > intake.MaxRewriteTargets {
+		return nil, fmt.Sprintf("%d targets exceed %d", len(ts), intake.MaxRewriteTargets)
 	}
 	weighted := slices.ContainsFunc(ts, func(t rewriteTarget) bool { return t.Weight != 0 })
-	var out []extproc.RewriteTarget
+	var out []intake.RewriteTarget
 	unweighted := 0
 	for _, t := range ts {
 		if t.ModelRewrite == "" || len(t.ModelRewrite) > openai.MaxModelNameBytes {
@@ -209,10 +241,10 @@ func rewriteTargets(ts []rewriteTarget) ([]extproc.RewriteTarget, string) {
 		case w == 0:
 			unweighted++
 			continue
-		case w < 1 || w > extproc.MaxRewriteWeight:
-			return nil, fmt.Sprintf("target %q weight %d (want 1 to %d)", t.ModelRewrite, w, extproc.MaxRewriteWeight)
+		case w < 1 || w > intake.MaxRewriteWeight:
+			return nil, fmt.Sprintf("target %q weight %d (want 1 to %d)", t.ModelRewrite, w, intake.MaxRewriteWeight)
 		}
-		out = append(out, extproc.RewriteTarget{Model: t.ModelRewrite, Weight: uint32(w)})
+		out = append(out, intake.RewriteTarget{Model: t.ModelRewrite, Weight: uint32(w)})
 	}
 	if unweighted > 0 {
 		return out, fmt.Sprintf("%d targets without a weight next to weighted ones receive no requests (set a weight on every target or on none)", unweighted)

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/intake"
 )
 
 // rule is one spec.rules entry: the exact model names it matches (none:
@@ -62,26 +62,49 @@ func inferenceModelRewrite(name, pool string, created int, rules ...rule) *unstr
 	}}
 }
 
-// rewriteRecorder is a RewriteConfig.Apply that keeps the last rules.
+// rewriteRecorder is a RewriteConfig.Apply that merges what the source
+// found as the server does, through a real intake.RewriteTable over the
+// flags, and keeps what it was given and what it answered.
 type rewriteRecorder struct {
+	table *intake.RewriteTable
+
 	mu      sync.Mutex
-	last    extproc.ModelRewriteRules
+	last    intake.ModelRewriteRules
+	answer  intake.Merge
 	calls   int
 	changed chan struct{}
 }
 
-func newRewriteRecorder() *rewriteRecorder { return &rewriteRecorder{changed: make(chan struct{})} }
-
-func (r *rewriteRecorder) apply(rules extproc.ModelRewriteRules) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.last, r.calls = rules, r.calls+1
-	close(r.changed)
-	r.changed = make(chan struct{})
-	return nil
+func newRewriteRecorder(t *testing.T, flags map[string][]intake.RewriteTarget) *rewriteRecorder {
+	t.Helper()
+	table, err := intake.NewRewriteTable(flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rewriteRecorder{table: table, changed: make(chan struct{})}
 }
 
-// await waits until the last rules, written as "model=target*w,..." (and
+func (r *rewriteRecorder) apply(rules intake.ModelRewriteRules) (intake.Merge, error) {
+	m, err := r.table.Set(rules)
+	if err != nil {
+		return m, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last, r.answer, r.calls = rules, m, r.calls+1
+	close(r.changed)
+	r.changed = make(chan struct{})
+	return m, nil
+}
+
+// lastAnswer returns the last answer to an apply and how many there were.
+func (r *rewriteRecorder) lastAnswer() (intake.Merge, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.answer, r.calls
+}
+
+// await waits until the last rules found, written as "model=target*w,..." (and
 // "*=..." for the rule of every other model), equal want.
 func (r *rewriteRecorder) await(t *testing.T, want ...string) {
 	t.Helper()
@@ -103,8 +126,8 @@ func (r *rewriteRecorder) await(t *testing.T, want ...string) {
 	}
 }
 
-func rulesText(r extproc.ModelRewriteRules) []string {
-	text := func(from string, ts []extproc.RewriteTarget) string {
+func rulesText(r intake.ModelRewriteRules) []string {
+	text := func(from string, ts []intake.RewriteTarget) string {
 		var parts []string
 		for _, t := range ts {
 			parts = append(parts, fmt.Sprintf("%s*%d", t.Model, t.Weight))
@@ -130,7 +153,8 @@ func runRewriteSource(t *testing.T, src *RewriteSource) (stop func()) {
 // The rules follow the objects through create, update and delete, with the
 // API's precedence (GIE pkg/epp/datastore/modelrewritestore.go at
 // 1748e829): exact before a rule without matches, the oldest object first,
-// the first rule of an object first; the flag table's names are left out.
+// the first rule of an object first. The flag table wins in the merge,
+// and what it shadows is logged on the rule.
 func TestRewriteSource_FollowsObjects(t *testing.T) {
 	xgroup := inferenceModelRewrite("legacy", "pool", 0, rule{[]string{"legacy"}, []string{"x"}})
 	xgroup.Object["spec"].(map[string]any)["poolRef"].(map[string]any)["group"] = "inference.networking.x-k8s.io"
@@ -149,10 +173,9 @@ func TestRewriteSource_FollowsObjects(t *testing.T) {
 		inferenceModelRewrite("elsewhere", "other-pool", 0, rule{[]string{"chat"}, []string{"x"}}),
 		xgroup, leaving,
 	)
-	rec, logs := newRewriteRecorder(), &logBuffer{}
+	rec, logs := newRewriteRecorder(t, map[string][]intake.RewriteTarget{"pinned": {{Model: "from-flag", Weight: 1}}}), &logBuffer{}
 	src, err := NewRewriteSource(RewriteConfig{
-		Namespace: ns, Pool: "pool", Explicit: map[string][]extproc.RewriteTarget{"pinned": {{Model: "from-flag", Weight: 1}}},
-		Apply: rec.apply, Logger: logs.logger(), Debounce: 10 * time.Millisecond,
+		Namespace: ns, Pool: "pool", Apply: rec.apply, Logger: logs.logger(), Debounce: 10 * time.Millisecond,
 	}, dyn)
 	if err != nil {
 		t.Fatal(err)
@@ -160,18 +183,23 @@ func TestRewriteSource_FollowsObjects(t *testing.T) {
 	stop := runRewriteSource(t, src)
 
 	// Unset weights split evenly; a target without a weight next to
-	// weighted ones gets nothing, as in the peer's picker.
-	rec.await(t, "chat=chat-v2*90,chat-v1*10", "chat-latest=chat-v3*1", "mixed=a*3", "*=default-a*1,default-b*1")
+	// weighted ones gets nothing, as in the peer's picker. The source
+	// reports the flag's name too; the merge keeps the flag's rule.
+	rec.await(t, "chat=chat-v2*90,chat-v1*10", "chat-latest=chat-v3*1", "mixed=a*3", "pinned=from-object*1", "*=default-a*1,default-b*1")
+	if m, _ := rec.lastAnswer(); !maps.Equal(m.Shadowed, map[string]string{"pinned": "--model-rewrite rewrites pinned to from-flag*1"}) || m.Total != 4 || m.FromFlags != 1 {
+		t.Errorf("answer %+v, want pinned shadowed, 4 names of which 1 from the flags", m)
+	}
+	if flags, objects, other := rec.table.Counts(); flags != 1 || objects != 3 || !other {
+		t.Errorf("in force: %d names from the flags, %d from objects, other %v; want 1, 3, true", flags, objects, other)
+	}
 	for _, want := range []string{
 		`InferenceModelRewrite llm/legacy" problem="ignored: spec.poolRef.group is \"inference.networking.x-k8s.io\"`,
-		`InferenceModelRewrite llm/canary" problem="rule 0 for \"chat-latest\" shadowed by older rule 0; rule 1 for \"chat\" shadowed by canary rule 0; rule 2 for \"pinned\" ignored: --model-rewrite sets it"`,
+		`InferenceModelRewrite llm/canary" problem="rule 0 for \"chat-latest\" shadowed by older rule 0; rule 1 for \"chat\" shadowed by canary rule 0; rule 2 for \"pinned\" ignored: --model-rewrite rewrites pinned to from-flag*1"`,
 		`InferenceModelRewrite llm/later-fallback" problem="rule 0 (no matches) shadowed by fallback rule 0"`,
 		`InferenceModelRewrite llm/mixed" problem="rule 0: 1 targets without a weight next to weighted ones receive no requests`,
 		`InferenceModelRewrite llm/empty" problem="rule 0 ignored: no targets"`,
 	} {
-		if !strings.Contains(logs.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, logs)
-		}
+		logs.await(t, want)
 	}
 	if strings.Contains(logs.String(), "elsewhere") || strings.Contains(logs.String(), "leaving") {
 		t.Errorf("another pool's or a deleted object was logged:\n%s", logs)
@@ -208,27 +236,56 @@ func TestRewriteSource_FollowsObjects(t *testing.T) {
 	}
 }
 
+// The names past the budget are left out by name order and logged in one
+// note on the pool, whether the source's own bound or the server's merge,
+// which counts the flags' names in the budget, left them out.
 func TestRewriteSource_BoundsTheNames(t *testing.T) {
-	var names []string
-	for i := range extproc.MaxModelRewrites + 3 {
-		names = append(names, fmt.Sprintf("m-%04d", i))
+	tests := []struct {
+		name  string
+		names int
+		flags []string
+		// held is how many names the merge keeps; note is the pool's.
+		held int
+		note string
+	}{
+		{name: "the source's bound", names: intake.MaxModelRewrites + 3, held: intake.MaxModelRewrites,
+			note: "3 model names past the limit of 1024 rewrites ignored (by name order; first: m-1024, m-1025, m-1026)"},
+		{name: "the merge's budget", names: intake.MaxModelRewrites, flags: []string{"flag-a", "flag-b"}, held: intake.MaxModelRewrites - 2,
+			note: "2 model names past the limit of 1024 rewrites ignored (by name order; first: m-1022, m-1023)"},
+		{name: "both", names: intake.MaxModelRewrites + 3, flags: []string{"flag"}, held: intake.MaxModelRewrites - 1,
+			note: "4 model names past the limit of 1024 rewrites ignored (by name order; first: m-1023, m-1024, m-1025, m-1026)"},
 	}
-	rec, logs := newRewriteRecorder(), &logBuffer{}
-	src, err := NewRewriteSource(RewriteConfig{
-		Namespace: ns, Pool: "pool", Explicit: map[string][]extproc.RewriteTarget{"flag": {{Model: "x", Weight: 1}}},
-		Apply: rec.apply, Logger: logs.logger(), Debounce: 10 * time.Millisecond,
-	}, newPoolDynamic(inferenceModelRewrite("many", "pool", 0, rule{names, []string{"t"}})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runRewriteSource(t, src)
-	var want []string
-	for _, n := range names[:extproc.MaxModelRewrites-1] { // one name is the flag's
-		want = append(want, n+"=t*1")
-	}
-	rec.await(t, want...)
-	if !strings.Contains(logs.String(), "4 model names past the limit of 1024 rewrites ignored (by name order; first: m-1023, m-1024, m-1025, m-1026)") {
-		t.Errorf("the bound is not logged:\n%s", logs)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var names []string
+			for i := range tt.names {
+				names = append(names, fmt.Sprintf("m-%04d", i))
+			}
+			flags := map[string][]intake.RewriteTarget{}
+			for _, f := range tt.flags {
+				flags[f] = []intake.RewriteTarget{{Model: "x", Weight: 1}}
+			}
+			rec, logs := newRewriteRecorder(t, flags), &logBuffer{}
+			src, err := NewRewriteSource(RewriteConfig{
+				Namespace: ns, Pool: "pool", Apply: rec.apply, Logger: logs.logger(), Debounce: 10 * time.Millisecond,
+			}, newPoolDynamic(inferenceModelRewrite("many", "pool", 0, rule{names, []string{"t"}})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := runRewriteSource(t, src)
+			var want []string
+			for _, n := range names[:min(len(names), intake.MaxModelRewrites)] { // what the source holds
+				want = append(want, n+"=t*1")
+			}
+			rec.await(t, want...)
+			stop() // the note is logged after the apply returns
+			if fromFlags, objects, _ := rec.table.Counts(); fromFlags != len(tt.flags) || objects != tt.held {
+				t.Errorf("in force: %d names from the flags and %d from objects, want %d and %d", fromFlags, objects, len(tt.flags), tt.held)
+			}
+			if n := logs.count(tt.note); n != 1 {
+				t.Errorf("the bound is logged %d times, want once (%q):\n%s", n, tt.note, logs)
+			}
+		})
 	}
 }
 
@@ -247,7 +304,7 @@ func TestRewriteSource_MissingAPI(t *testing.T) {
 			lists.Add(1)
 			return true, nil, apierrors.NewNotFound(InferenceModelRewriteGVR.GroupResource(), "")
 		})
-		logs, rec := &logBuffer{}, newRewriteRecorder()
+		logs, rec := &logBuffer{}, newRewriteRecorder(t, nil)
 		src, err := NewRewriteSource(RewriteConfig{Namespace: ns, Pool: "pool", Apply: rec.apply,
 			Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn)
 		if err != nil {
@@ -258,10 +315,7 @@ func TestRewriteSource_MissingAPI(t *testing.T) {
 		if n := logs.count("the InferenceModelRewrite API is not installed"); n != 1 {
 			t.Errorf("missing API logged %d times after %d lists, want once:\n%s", n, lists.Load(), logs)
 		}
-		rec.mu.Lock()
-		calls := rec.calls
-		rec.mu.Unlock()
-		if calls != 0 {
+		if _, calls := rec.lastAnswer(); calls != 0 {
 			t.Errorf("rules were applied without the API")
 		}
 		installed.Store(true)

@@ -96,7 +96,7 @@ func (s *Scraper) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (s *Scraper) Collect(ch chan<- prometheus.Metric) {
-	now := s.cfg.Now()
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, w := range s.stats.workers {

@@ -42,8 +42,6 @@ type Config struct {
 	MaxBodyBytes int64
 	// Client does the HTTP requests; nil means a client of its own.
 	Client *http.Client
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -67,9 +65,6 @@ func (c Config) withDefaults() Config {
 			MaxIdleConnsPerHost: 1, IdleConnTimeout: 90 * time.Second,
 			DialContext: (&net.Dialer{Timeout: c.Timeout}).DialContext,
 		}}
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	return c
 }
@@ -220,7 +215,7 @@ func (s *Scraper) flush() {
 	r := s.pending
 	s.pending = Round{}
 	s.mu.Unlock()
-	r.At = s.cfg.Now()
+	r.At = time.Now()
 	s.sink(r)
 }
 
@@ -289,10 +284,10 @@ func (s *Scraper) deliver(r *running, t Target, res Result) {
 
 // scrape reads and parses t's metrics once.
 func (s *Scraper) scrape(ctx context.Context, t Target) Result {
-	start := s.cfg.Now()
+	start := time.Now()
 	res := Result{Worker: t.Worker, At: start}
 	fail := func(reason Reason, err error) Result {
-		res.Duration, res.Err, res.Reason = s.cfg.Now().Sub(start), err, reason
+		res.Duration, res.Err, res.Reason = time.Since(start), err, reason
 		return res
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
@@ -322,7 +317,7 @@ func (s *Scraper) scrape(ctx context.Context, t Target) Result {
 	if err != nil {
 		return fail(ReasonParse, err)
 	}
-	res.Duration, res.Report = s.cfg.Now().Sub(start), rep
+	res.Duration, res.Report = time.Since(start), rep
 	return res
 }
 

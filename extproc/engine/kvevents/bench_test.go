@@ -1,4 +1,4 @@
-package kvevents
+package kvevents_test
 
 import (
 	"fmt"
@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/sched/prefix"
+	"github.com/tollgate/tollgate/test/kvwire"
 )
 
 // ingestPayloads returns n distinct vLLM batches (array shape, integer
@@ -18,9 +20,9 @@ func ingestPayloads(n, events, blocks int) [][]byte {
 	tok := uint32(1)
 	h := uint64(1)
 	for i := range out {
-		b := Batch{TS: 1, Events: make([]Event, events)}
+		b := kvevents.Batch{TS: 1, Events: make([]kvevents.Event, events)}
 		for e := range b.Events {
-			ev := Event{Kind: KindStored, BlockSize: 16, Medium: "GPU"}
+			ev := kvevents.Event{Kind: kvevents.KindStored, BlockSize: 16, Medium: "GPU"}
 			if e > 0 {
 				ev.Parent, ev.HasParent = h-1, true
 			}
@@ -34,7 +36,7 @@ func ingestPayloads(n, events, blocks int) [][]byte {
 			}
 			b.Events[e] = ev
 		}
-		out[i] = Encode(&b, Encoding{Shape: ShapeArray})
+		out[i] = kvwire.Encode(&b, kvwire.Encoding{Shape: kvwire.ShapeArray})
 	}
 	return out
 }
@@ -45,10 +47,10 @@ func ingestPayloads(n, events, blocks int) [][]byte {
 func BenchmarkIngest(b *testing.B) {
 	const batches, events, blocks = 64, 16, 4
 	payloads := ingestPayloads(batches, events, blocks)
-	ix := NewIndex(16, 0, 0)
-	d := NewDecoder()
-	var batch Batch
-	s := Stream{Worker: "w0"}
+	ix := kvevents.NewIndex(16, 0)
+	d := kvevents.NewDecoder()
+	var batch kvevents.Batch
+	s := kvevents.Stream{Worker: "w0"}
 	group := int64(-1)
 	b.ReportAllocs()
 	n := 0
@@ -69,10 +71,10 @@ func BenchmarkIngest(b *testing.B) {
 // with the given token counts; token ids are below 128 (one byte each), so
 // that a payload under MaxPayloadBytes carries as many as it can.
 func floodPayload(eventTokens ...int) []byte {
-	var b Batch
+	var b kvevents.Batch
 	h := uint64(1) << 20
 	for _, n := range eventTokens {
-		ev := Event{Kind: KindStored, BlockSize: 16, Medium: "GPU", Tokens: make([]uint32, n)}
+		ev := kvevents.Event{Kind: kvevents.KindStored, BlockSize: 16, Medium: "GPU", Tokens: make([]uint32, n)}
 		for i := range ev.Tokens {
 			ev.Tokens[i] = uint32(i*7+len(b.Events)) % 128
 		}
@@ -82,8 +84,8 @@ func floodPayload(eventTokens ...int) []byte {
 		}
 		b.Events = append(b.Events, ev)
 	}
-	p := Encode(&b, Encoding{Shape: ShapeArray})
-	if len(p) > MaxPayloadBytes {
+	p := kvwire.Encode(&b, kvwire.Encoding{Shape: kvwire.ShapeArray})
+	if len(p) > kvevents.MaxPayloadBytes {
 		panic("flood payload over the payload cap")
 	}
 	return p
@@ -104,26 +106,26 @@ func BenchmarkLookupDuringFlood(b *testing.B) {
 		many[i] = 1 << 16
 	}
 	huge, maxEvents := floodPayload(12_000_000), floodPayload(many...)
-	cleared := Encode(&Batch{Events: []Event{{Kind: KindCleared}}}, Encoding{Shape: ShapeArray})
+	cleared := kvwire.Encode(&kvevents.Batch{Events: []kvevents.Event{{Kind: kvevents.KindCleared}}}, kvwire.Encoding{Shape: kvwire.ShapeArray})
 	for _, fl := range []struct {
 		name    string
 		payload []byte
 		fresh   bool
 	}{{"idle", nil, false}, {"huge-event", huge, false}, {"max-events", maxEvents, false}, {"max-events-fresh", maxEvents, true}} {
 		b.Run(fl.name, func(b *testing.B) {
-			ix := NewIndex(bs, 0, 0)
+			ix := kvevents.NewIndex(bs, 0)
 			prompt := make([]uint32, 8192)
 			for i := range prompt {
 				prompt[i] = uint32(1000 + i)
 			}
-			var victims Batch
-			victims.Events = []Event{{Kind: KindStored, BlockSize: bs, Tokens: prompt}}
+			var victims kvevents.Batch
+			victims.Events = []kvevents.Event{{Kind: kvevents.KindStored, BlockSize: bs, Tokens: prompt}}
 			for i := range len(prompt) / bs {
 				victims.Events[0].Hashes = append(victims.Events[0].Hashes, uint64(i))
 			}
 			for w := range 8 {
 				g := int64(-1)
-				ix.Apply(time.Time{}, Stream{Worker: fmt.Sprintf("v%d", w)}, &victims, &g)
+				ix.Apply(time.Time{}, kvevents.Stream{Worker: fmt.Sprintf("v%d", w)}, &victims, &g)
 			}
 			q := prefix.HashTokens("", prompt, bs, nil)
 			stop, done := make(chan struct{}), make(chan struct{})
@@ -132,13 +134,13 @@ func BenchmarkLookupDuringFlood(b *testing.B) {
 				if fl.payload == nil {
 					return
 				}
-				d, g := NewDecoder(), int64(-1)
-				var batch Batch
+				d, g := kvevents.NewDecoder(), int64(-1)
+				var batch kvevents.Batch
 				apply := func(p []byte) {
 					if err := d.Decode(p, &batch); err != nil {
 						panic(err)
 					}
-					ix.Apply(time.Time{}, Stream{Worker: "flood"}, &batch, &g)
+					ix.Apply(time.Time{}, kvevents.Stream{Worker: "flood"}, &batch, &g)
 				}
 				for {
 					select {
@@ -164,7 +166,7 @@ func BenchmarkLookupDuringFlood(b *testing.B) {
 					time.Sleep(d)
 				}
 				t0 := time.Now()
-				dst, _ = ix.Lookup(time.Time{}, q, bs, nil, dst[:0])
+				dst, _ = ix.Lookup(q, bs, nil, dst[:0], nil)
 				lat = append(lat, time.Since(due))
 				call = append(call, time.Since(t0))
 			}

@@ -1,4 +1,4 @@
-package kvevents
+package kvevents_test
 
 import (
 	"encoding/hex"
@@ -9,14 +9,17 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
+	"github.com/tollgate/tollgate/test/kvwire"
 )
 
-func sampleBatch() *Batch {
-	return &Batch{TS: 1.5, Rank: 2, HasRank: true, Events: []Event{
-		{Kind: KindStored, Hashes: []uint64{0xFFFFFFFFFFFFFFF0, 7}, Tokens: []uint32{1, 2, 3, 4, 5, 6, 7, 8}, BlockSize: 4, Medium: "GPU", LoraName: "ad"},
-		{Kind: KindStored, Hashes: []uint64{9}, Parent: 7, HasParent: true, Tokens: []uint32{9, 10, 11, 12}, BlockSize: 4},
-		{Kind: KindRemoved, Hashes: []uint64{7}, Medium: "CPU"},
-		{Kind: KindCleared},
+func sampleBatch() *kvevents.Batch {
+	return &kvevents.Batch{TS: 1.5, Rank: 2, HasRank: true, Events: []kvevents.Event{
+		{Kind: kvevents.KindStored, Hashes: []uint64{0xFFFFFFFFFFFFFFF0, 7}, Tokens: []uint32{1, 2, 3, 4, 5, 6, 7, 8}, BlockSize: 4, Medium: "GPU", LoraName: "ad"},
+		{Kind: kvevents.KindStored, Hashes: []uint64{9}, Parent: 7, HasParent: true, Tokens: []uint32{9, 10, 11, 12}, BlockSize: 4},
+		{Kind: kvevents.KindRemoved, Hashes: []uint64{7}, Medium: "CPU"},
+		{Kind: kvevents.KindCleared},
 	}}
 }
 
@@ -24,9 +27,12 @@ var cmpBatch = cmp.Options{cmpopts.EquateEmpty()}
 
 func TestDecodeRoundTrip(t *testing.T) {
 	want := sampleBatch()
-	for _, enc := range []Encoding{{ShapeArray, false}, {ShapeArray, true}, {ShapeMap, false}, {ShapeMap, true}} {
-		var got Batch
-		if err := NewDecoder().Decode(Encode(want, enc), &got); err != nil {
+	for _, enc := range []kvwire.Encoding{
+		{Shape: kvwire.ShapeArray}, {Shape: kvwire.ShapeArray, ByteHashes: true},
+		{Shape: kvwire.ShapeMap}, {Shape: kvwire.ShapeMap, ByteHashes: true},
+	} {
+		var got kvevents.Batch
+		if err := kvevents.NewDecoder().Decode(kvwire.Encode(want, enc), &got); err != nil {
 			t.Fatalf("%+v: %v", enc, err)
 		}
 		if d := cmp.Diff(want, &got, cmpBatch); d != "" {
@@ -51,13 +57,13 @@ func TestDecodeShapes(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		payload any
-		want    Batch
+		want    kvevents.Batch
 	}{{
 		// vLLM 0.9-era: positional, only the first five BlockStored fields,
 		// no rank; a signed negative hash (SGLang's hash_str_to_int64).
 		name:    "positional short",
 		payload: []any{2.0, []any{[]any{"BlockStored", []any{int64(-2)}, nil, []any{1, 2}, 2, nil}}},
-		want:    Batch{TS: 2, Events: []Event{{Kind: KindStored, Hashes: []uint64{0xFFFFFFFFFFFFFFFE}, Tokens: []uint32{1, 2}, BlockSize: 2}}},
+		want:    kvevents.Batch{TS: 2, Events: []kvevents.Event{{Kind: kvevents.KindStored, Hashes: []uint64{0xFFFFFFFFFFFFFFFE}, Tokens: []uint32{1, 2}, BlockSize: 2}}},
 	}, {
 		// Newest vLLM: a map batch, "type"-tagged events, byte digests,
 		// HMA fields, a field this decoder does not know.
@@ -68,25 +74,25 @@ func TestDecodeShapes(t *testing.T) {
 				"kv_cache_spec_sliding_window": 128, "locality": "LOCAL", "extra_keys": []any{[]any{"ad", []any{"mm", 3}}}},
 			map[string]any{"block_hashes": []any{uint64(1)}, "type": "BlockRemoved", "group_idx": 1},
 		}},
-		want: Batch{TS: 3, Rank: 1, HasRank: true, Events: []Event{
-			{Kind: KindStored, Hashes: []uint64{0x8000000000000005}, Parent: 0x8000000000000005, HasParent: true, Tokens: []uint32{5}, BlockSize: 1,
+		want: kvevents.Batch{TS: 3, Rank: 1, HasRank: true, Events: []kvevents.Event{
+			{Kind: kvevents.KindStored, Hashes: []uint64{0x8000000000000005}, Parent: 0x8000000000000005, HasParent: true, Tokens: []uint32{5}, BlockSize: 1,
 				Group: 1, HasGroup: true, SpecKind: "sliding_window", ExtraKeys: true},
-			{Kind: KindRemoved, Hashes: []uint64{1}, Group: 1, HasGroup: true},
+			{Kind: kvevents.KindRemoved, Hashes: []uint64{1}, Group: 1, HasGroup: true},
 		}},
 	}, {
 		// An array batch holding tagged-map events (vLLM 0.26 with #42892).
 		name:    "array of maps",
 		payload: []any{1.0, []any{map[string]any{"type": "AllBlocksCleared"}}, 0},
-		want:    Batch{TS: 1, HasRank: true, Events: []Event{{Kind: KindCleared}}},
+		want:    kvevents.Batch{TS: 1, HasRank: true, Events: []kvevents.Event{{Kind: kvevents.KindCleared}}},
 	}, {
 		// LoRA name as the only extra key is not "extra".
 		name:    "lora extra key",
 		payload: []any{1.0, []any{[]any{"BlockStored", []any{1}, nil, []any{1}, 1, nil, "GPU", "ad", []any{[]any{"ad"}, nil}}}},
-		want:    Batch{TS: 1, Events: []Event{{Kind: KindStored, Hashes: []uint64{1}, Tokens: []uint32{1}, BlockSize: 1, Medium: "GPU", LoraName: "ad"}}},
+		want:    kvevents.Batch{TS: 1, Events: []kvevents.Event{{Kind: kvevents.KindStored, Hashes: []uint64{1}, Tokens: []uint32{1}, BlockSize: 1, Medium: "GPU", LoraName: "ad"}}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var got Batch
-			if err := NewDecoder().Decode(encodeValue(t, tc.payload), &got); err != nil {
+			var got kvevents.Batch
+			if err := kvevents.NewDecoder().Decode(encodeValue(t, tc.payload), &got); err != nil {
 				t.Fatal(err)
 			}
 			if d := cmp.Diff(&tc.want, &got, cmpBatch); d != "" {
@@ -116,9 +122,9 @@ func TestDecodeMalformed(t *testing.T) {
 		{"deep", deep(100)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var b Batch
-			err := NewDecoder().Decode(tc.payload, &b)
-			if !errors.Is(err, ErrMalformed) {
+			var b kvevents.Batch
+			err := kvevents.NewDecoder().Decode(tc.payload, &b)
+			if !errors.Is(err, kvevents.ErrMalformed) {
 				t.Errorf("Decode = %v, want ErrMalformed", err)
 			}
 		})
@@ -143,9 +149,9 @@ func deep(n int) []byte {
 }
 
 func TestDecodeReusesBuffers(t *testing.T) {
-	payload := Encode(sampleBatch(), Encoding{Shape: ShapeMap})
-	d := NewDecoder()
-	var b Batch
+	payload := kvwire.Encode(sampleBatch(), kvwire.Encoding{Shape: kvwire.ShapeMap})
+	d := kvevents.NewDecoder()
+	var b kvevents.Batch
 	if err := d.Decode(payload, &b); err != nil {
 		t.Fatal(err)
 	}
@@ -155,23 +161,23 @@ func TestDecodeReusesBuffers(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add(Encode(sampleBatch(), Encoding{Shape: ShapeArray}))
-	f.Add(Encode(sampleBatch(), Encoding{Shape: ShapeMap, ByteHashes: true}))
+	f.Add(kvwire.Encode(sampleBatch(), kvwire.Encoding{Shape: kvwire.ShapeArray}))
+	f.Add(kvwire.Encode(sampleBatch(), kvwire.Encoding{Shape: kvwire.ShapeMap, ByteHashes: true}))
 	f.Add(deep(20))
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		var b Batch
-		d := NewDecoder()
+		var b kvevents.Batch
+		d := kvevents.NewDecoder()
 		if err := d.Decode(payload, &b); err != nil {
-			if !errors.Is(err, ErrMalformed) {
+			if !errors.Is(err, kvevents.ErrMalformed) {
 				t.Fatalf("error not wrapping ErrMalformed: %v", err)
 			}
 			return
 		}
 		// Whatever decodes applies to an index without panicking, and the
 		// index stays consistent.
-		ix := NewIndex(1, 1<<10, 0)
+		ix := kvevents.NewIndex(1, 1<<10)
 		var g int64 = -1
-		ix.Apply(time.Time{}, Stream{Worker: "w"}, &b, &g)
+		ix.Apply(time.Time{}, kvevents.Stream{Worker: "w"}, &b, &g)
 		if p, _ := ix.Size(); p < 0 || p > 1<<10 {
 			t.Fatalf("index size %d", p)
 		}
@@ -180,9 +186,9 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("after Clear: %d pairs, %d blocks", p, h)
 		}
 		// Re-encoding what was decoded decodes to the same.
-		var again Batch
-		for _, shape := range []Shape{ShapeArray, ShapeMap} {
-			if err := d.Decode(Encode(&b, Encoding{Shape: shape}), &again); err != nil {
+		var again kvevents.Batch
+		for _, shape := range []kvwire.Shape{kvwire.ShapeArray, kvwire.ShapeMap} {
+			if err := d.Decode(kvwire.Encode(&b, kvwire.Encoding{Shape: shape}), &again); err != nil {
 				t.Fatalf("re-encoded batch: %v", err)
 			}
 		}
@@ -208,16 +214,16 @@ func TestDecodeTruncatesLongEvents(t *testing.T) {
 		hashes, tokens, bs int
 		truncated          bool
 	}{
-		{"within the cap", stored(MaxEventTokens/16, MaxEventTokens, 16), MaxEventTokens / 16, MaxEventTokens, 16, false},
-		{"whole blocks kept", stored(MaxEventTokens/16+3, MaxEventTokens+48, 16), MaxEventTokens / 16, MaxEventTokens, 16, true},
+		{"within the cap", stored(kvevents.MaxEventTokens/16, kvevents.MaxEventTokens, 16), kvevents.MaxEventTokens / 16, kvevents.MaxEventTokens, 16, false},
+		{"whole blocks kept", stored(kvevents.MaxEventTokens/16+3, kvevents.MaxEventTokens+48, 16), kvevents.MaxEventTokens / 16, kvevents.MaxEventTokens, 16, true},
 		{"inferred block size", stored(1000, 70000, nil), 936, 936 * 70, 70, true},
-		{"counts disagree", stored(MaxEventTokens/16, MaxEventTokens+16, 16), MaxEventTokens / 16, 0, 16, true},
-		{"too many hashes", stored(MaxEventTokens+1, MaxEventTokens+1, 1), MaxEventTokens, MaxEventTokens, 1, true},
-		{"removal", []any{1.0, []any{[]any{"BlockRemoved", seq(MaxEventTokens + 1)}}}, MaxEventTokens, 0, 0, true},
+		{"counts disagree", stored(kvevents.MaxEventTokens/16, kvevents.MaxEventTokens+16, 16), kvevents.MaxEventTokens / 16, 0, 16, true},
+		{"too many hashes", stored(kvevents.MaxEventTokens+1, kvevents.MaxEventTokens+1, 1), kvevents.MaxEventTokens, kvevents.MaxEventTokens, 1, true},
+		{"removal", []any{1.0, []any{[]any{"BlockRemoved", seq(kvevents.MaxEventTokens + 1)}}}, kvevents.MaxEventTokens, 0, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var b Batch
-			if err := NewDecoder().Decode(encodeValue(t, tc.payload), &b); err != nil {
+			var b kvevents.Batch
+			if err := kvevents.NewDecoder().Decode(encodeValue(t, tc.payload), &b); err != nil {
 				t.Fatal(err)
 			}
 			ev := b.Events[0]

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/extproc/engine/kvevents"
+	"github.com/tollgate/tollgate/test/kvwire"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 
@@ -36,7 +37,7 @@ func newManagerWith(t *testing.T, cfg kvevents.Config) *kvevents.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Close)
+	run(t, m)
 	return m
 }
 
@@ -293,7 +294,7 @@ func silentListener(t *testing.T) (endpoint string, accepted <-chan net.Conn) {
 
 // TestSilentEndpoint: an endpoint that accepts TCP and never speaks ZMTP
 // (a hung engine, an HTTP port given by mistake) neither blocks a worker
-// set update nor Close, and its handshakes time out, counted.
+// set update nor the end of Run, and its handshakes time out, counted.
 func TestSilentEndpoint(t *testing.T) {
 	endpoint, accepted := silentListener(t)
 	m, err := kvevents.New(kvevents.Config{BlockSize: blockSize, ReconnectDelay: 10 * time.Millisecond,
@@ -301,12 +302,13 @@ func TestSilentEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stop := run(t, m)
 	within(t, "SetWorkers", func() { m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Endpoint: endpoint}}) })
 	accept(t, accepted) // the subscriber is in its handshake, for an hour
 	within(t, "SetWorkers that stops the subscriber", func() { m.SetWorkers(nil) })
 	within(t, "SetWorkers that starts it again", func() { m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Endpoint: endpoint}}) })
 	accept(t, accepted)
-	within(t, "Close", m.Close)
+	within(t, "the end of Run", stop)
 
 	// With a short handshake timeout: each attempt is closed and counted.
 	m = newManagerWith(t, kvevents.Config{HandshakeTimeout: 50 * time.Millisecond})
@@ -323,7 +325,7 @@ func TestSilentEndpoint(t *testing.T) {
 // the replay timeout; the stream then resyncs without it.
 func TestSilentReplayEndpoint(t *testing.T) {
 	replay, _ := silentListener(t)
-	w := startWorker(t, kvevents.Encoding{}, 64)
+	w := startWorker(t, kvwire.Encoding{}, 64)
 	pub, _ := w.KVEventEndpoints()
 	complete(t, w, prompt(blockSize, 1)) // unsent: a subscriber joins mid-stream
 	m := newManagerWith(t, kvevents.Config{ReplayTimeout: 300 * time.Millisecond, HandshakeTimeout: time.Hour})
@@ -340,7 +342,7 @@ func TestSilentReplayEndpoint(t *testing.T) {
 // TestRemovedWorkerForgotten: a worker left out of the set is forgotten by
 // the index once its subscriber has stopped.
 func TestRemovedWorkerForgotten(t *testing.T) {
-	w := startWorker(t, kvevents.Encoding{}, 64)
+	w := startWorker(t, kvwire.Encoding{}, 64)
 	pub, replay := w.KVEventEndpoints()
 	m := newManager(t, "")
 	m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Endpoint: pub, Replay: replay}})
@@ -373,7 +375,7 @@ func TestBindRanksBounded(t *testing.T) {
 			Tokens: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
 		}}}
 		var msg []byte
-		for i, f := range [][]byte{[]byte("kv@" + worker + "@m"), binary.BigEndian.AppendUint64(nil, seq), kvevents.Encode(&b, kvevents.Encoding{})} {
+		for i, f := range [][]byte{[]byte("kv@" + worker + "@m"), binary.BigEndian.AppendUint64(nil, seq), kvwire.Encode(&b, kvwire.Encoding{})} {
 			flags := byte(0x02) // LONG
 			if i < 2 {
 				flags |= 0x01 // MORE

@@ -10,11 +10,6 @@ import (
 	"github.com/tollgate/tollgate/sched/prefix"
 )
 
-// DefaultSpeculativeTTL is how long a routed prompt's blocks count as
-// cached on its worker before the engine's own BlockStored arrives (llm-d's
-// speculative entries).
-const DefaultSpeculativeTTL = 2 * time.Second
-
 // applyChunk bounds the work Apply does per hold of the index's lock, in
 // index blocks stored, removed or looked at: a request's Lookup waits for
 // one chunk at most (tens of microseconds), whatever the batch. An engine
@@ -26,29 +21,25 @@ const applyChunk = 256
 // A store naming another adapter once that many are known is skipped.
 const maxLoraNames = 1024
 
-// Index is the exact prefix index shared by the subscribers, which apply
-// events, and the request path, which looks prompts up. It is safe for
-// concurrent use.
+// Index is the exact prefix index the subscribers feed with the engines'
+// events, and that the request path's cache view reads: which blocks each
+// worker's engine holds, and whether its streams are in sync. It is safe
+// for concurrent use.
 //
 // Blocks are seeded by their LoRA adapter's name, and a base model's blocks
 // by the empty seed, whatever the worker's model: a worker whose events
 // name no model prices the requests it serves. SeedFor gives a request's
 // seed.
 type Index struct {
-	mu      sync.Mutex
-	exact   *prefix.Exact
-	spec    *prefix.Index
-	specTTL time.Duration
-	// removedAt is when each worker last reported a removal or clear: its
-	// speculative entries are not trusted for specTTL after it, since
-	// they may name blocks the engine has since evicted.
+	mu    sync.Mutex
+	exact *prefix.Exact
+	// removedAt is when each worker last reported a removal or clear.
 	removedAt map[string]time.Time
 	// loras maps each LoRA name the events named to the workers that named
 	// it; loraNames is a copy of its keys for SeedFor, replaced on change.
 	loras     map[string]map[string]struct{}
 	loraNames atomic.Pointer[map[string]struct{}]
 	found     []sched.CachedTokens
-	specBuf   []sched.CachedTokens
 	// changed is the channel Changed handed out, closed by the next change;
 	// nil while nobody waits.
 	changed chan struct{}
@@ -57,15 +48,11 @@ type Index struct {
 	afterHold func(work int)
 }
 
-// NewIndex returns an empty index for blockSize-token blocks.
-func NewIndex(blockSize, maxBlocks int, specTTL time.Duration) *Index {
-	if specTTL <= 0 {
-		specTTL = DefaultSpeculativeTTL
-	}
+// NewIndex returns an empty index for blockSize-token blocks, at most
+// maxBlocks (stream, block) pairs (0: prefix.DefaultExactMaxBlocks).
+func NewIndex(blockSize, maxBlocks int) *Index {
 	ix := &Index{
 		exact:     prefix.NewExact(blockSize, maxBlocks),
-		spec:      prefix.New(specTTL, max(maxBlocks/8, 1<<16)),
-		specTTL:   specTTL,
 		removedAt: make(map[string]time.Time),
 		loras:     make(map[string]map[string]struct{}),
 	}
@@ -377,7 +364,6 @@ func (ix *Index) RemoveWorker(worker string) {
 	defer ix.mu.Unlock()
 	defer ix.changedLocked()
 	ix.exact.RemoveWorker(worker)
-	ix.spec.RemoveWorker(worker)
 	delete(ix.removedAt, worker)
 	ix.forgetLoras(worker)
 }
@@ -403,82 +389,29 @@ func (ix *Index) Synced(worker string) bool {
 	return ix.exact.Synced(worker)
 }
 
-// Record notes that a prompt (its HashTokens blocks) was routed to worker,
-// so that it counts as cached there until the engine's BlockStored arrives
-// or the speculative TTL passes.
-func (ix *Index) Record(now time.Time, worker string, hashes []uint64) {
-	if len(hashes) == 0 {
-		return
-	}
+// WorkerState is what the events say of one worker.
+type WorkerState struct {
+	// Synced is set while every stream of the worker is in sync: the
+	// index then speaks for it.
+	Synced bool
+	// RemovedAt is when the worker last reported a removal or a clear;
+	// zero when it never did.
+	RemovedAt time.Time
+}
+
+// Lookup appends to dst the prompt's cached tokens on every synced worker
+// that holds its leading blocks (HashTokens of the prompt), sorted by
+// worker, and to states the state of each worker of ask, in order, both
+// under one hold of the lock.
+func (ix *Index) Lookup(hashes []uint64, blockTokens uint64, ask []string, dst []sched.CachedTokens, states []WorkerState) ([]sched.CachedTokens, []WorkerState) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.spec.Record(now, worker, hashes)
-}
-
-// Sources counts the workers of one lookup by where their figure came
-// from, with the largest figure of each source.
-type Sources struct {
-	Events, Approximate         int
-	BestEvents, BestApproximate uint64
-}
-
-// Lookup merges the approximate index's answer with the exact one: every
-// synced worker gets its exact cached tokens (at least its speculative
-// ones, unless it reported a removal within the speculative TTL), every
-// other worker keeps its approximate figure. approx must be
-// sorted by worker; so is the result, appended to dst.
-func (ix *Index) Lookup(now time.Time, hashes []uint64, blockTokens uint64, approx, dst []sched.CachedTokens) ([]sched.CachedTokens, Sources) {
-	var src Sources
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	found := ix.exact.Lookup(hashes, blockTokens, ix.found[:0])
-	spec := ix.spec.Lookup(now, hashes, blockTokens, ix.specBuf[:0])
-	ix.found, ix.specBuf = found, spec
-	// Speculative entries count only for synced workers.
-	merged := found
-	for _, c := range spec {
-		if !ix.exact.Synced(c.Worker) || now.Sub(ix.removedAt[c.Worker]) < ix.specTTL {
-			continue
-		}
-		i := indexOf(merged, c.Worker)
-		if i < 0 {
-			merged = insertSorted(merged, c)
-		} else {
-			merged[i].Tokens = max(merged[i].Tokens, c.Tokens)
-		}
+	if len(hashes) > 0 {
+		ix.found = ix.exact.Lookup(hashes, blockTokens, ix.found[:0])
+		dst = append(dst, ix.found...)
 	}
-	for _, c := range merged {
-		src.BestEvents = max(src.BestEvents, c.Tokens)
+	for _, w := range ask {
+		states = append(states, WorkerState{Synced: ix.exact.Synced(w), RemovedAt: ix.removedAt[w]})
 	}
-	src.Events = len(merged)
-	for _, c := range approx {
-		if ix.exact.Synced(c.Worker) {
-			continue
-		}
-		merged = insertSorted(merged, c)
-		src.Approximate++
-		src.BestApproximate = max(src.BestApproximate, c.Tokens)
-	}
-	ix.found = merged
-	return append(dst, merged...), src
-}
-
-func indexOf(cs []sched.CachedTokens, w string) int {
-	for i := range cs {
-		if cs[i].Worker == w {
-			return i
-		}
-	}
-	return -1
-}
-
-func insertSorted(cs []sched.CachedTokens, c sched.CachedTokens) []sched.CachedTokens {
-	i := len(cs)
-	for i > 0 && cs[i-1].Worker > c.Worker {
-		i--
-	}
-	cs = append(cs, sched.CachedTokens{})
-	copy(cs[i+1:], cs[i:])
-	cs[i] = c
-	return cs
+	return dst, states
 }

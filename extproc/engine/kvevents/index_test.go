@@ -10,43 +10,8 @@ import (
 	"github.com/tollgate/tollgate/sched/prefix"
 )
 
-func TestIndexLookupMergesSources(t *testing.T) {
-	ix := NewIndex(4, 0, time.Second)
-	ids := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
-	h := prefix.HashTokens("", ids, 4, nil)
-	t0 := time.Unix(1000, 0)
-	g := int64(-1)
-	// w1 stores block 0 by events; w2 has no stream (approximate).
-	ix.Apply(t0, Stream{Worker: "w1"}, &Batch{Events: []Event{
-		{Kind: KindStored, Hashes: []uint64{100}, Tokens: ids[:4], BlockSize: 4},
-	}}, &g)
-	approx := []sched.CachedTokens{{Worker: "w1", Tokens: 12}, {Worker: "w2", Tokens: 8}}
-	got, src := ix.Lookup(t0, h, 4, approx, nil)
-	want := []sched.CachedTokens{{Worker: "w1", Tokens: 4}, {Worker: "w2", Tokens: 8}}
-	if !slices.Equal(got, want) || src != (Sources{Events: 1, Approximate: 1, BestEvents: 4, BestApproximate: 8}) {
-		t.Fatalf("Lookup = %v %+v, want %v and one of each", got, src, want)
-	}
-	// A routed prompt counts on a synced worker until its TTL passes.
-	ix.Record(t0, "w1", h)
-	if got, _ := ix.Lookup(t0.Add(time.Millisecond), h, 4, nil, nil); !slices.Equal(got, []sched.CachedTokens{{Worker: "w1", Tokens: 12}}) {
-		t.Fatalf("with a speculative entry: %v", got)
-	}
-	// A removal on w1 makes its speculative entries untrusted.
-	ix.Apply(t0.Add(2*time.Millisecond), Stream{Worker: "w1"}, &Batch{Events: []Event{
-		{Kind: KindRemoved, Hashes: []uint64{100}},
-	}}, &g)
-	if got, _ := ix.Lookup(t0.Add(3*time.Millisecond), h, 4, nil, nil); len(got) != 0 {
-		t.Fatalf("after a removal: %v", got)
-	}
-	// An unsynced worker falls back to the approximate figure.
-	ix.SetSynced("w1", 0, false)
-	if got, _ := ix.Lookup(t0, h, 4, approx, nil); !slices.Equal(got, approx) {
-		t.Fatalf("unsynced: %v, want %v", got, approx)
-	}
-}
-
 func TestIndexChangedIsClosedByEveryChange(t *testing.T) {
-	ix := NewIndex(4, 0, time.Second)
+	ix := NewIndex(4, 0)
 	g := int64(-1)
 	closed := func(ch <-chan struct{}) bool {
 		select {
@@ -72,10 +37,9 @@ func TestIndexChangedIsClosedByEveryChange(t *testing.T) {
 		if ix.Changed() != ch {
 			t.Fatalf("%s: two waiters got different channels", c.name)
 		}
-		ix.Record(time.Unix(1, 0), "w1", []uint64{7})
-		ix.Lookup(time.Unix(1, 0), []uint64{7}, 4, nil, nil)
+		ix.Lookup([]uint64{7}, 4, []string{"w1"}, nil, nil)
 		if closed(ch) {
-			t.Fatalf("%s: closed by a speculative record or a lookup", c.name)
+			t.Fatalf("%s: closed by a lookup", c.name)
 		}
 		c.change()
 		if !closed(ch) {
@@ -111,7 +75,7 @@ func storedEvent(ids []uint32, bs int, eng uint64) Event {
 // a lookup made then sees the batch partly applied.
 func TestIndexApplyLetsLookupsInDuringALargeBatch(t *testing.T) {
 	const bs, events = 16, 4
-	ix := NewIndex(bs, 0, time.Second)
+	ix := NewIndex(bs, 0)
 	var b Batch
 	var prompts [][]uint64
 	for e := range events {
@@ -124,7 +88,7 @@ func TestIndexApplyLetsLookupsInDuringALargeBatch(t *testing.T) {
 	ix.afterHold = func(work int) {
 		holds++
 		most = max(most, work)
-		got, _ := ix.Lookup(time.Unix(1, 0), prompts[0], bs, nil, nil)
+		got, _ := ix.Lookup(prompts[0], bs, nil, nil, nil)
 		if len(got) == 1 && got[0].Tokens > 0 && got[0].Tokens < MaxEventTokens {
 			partial = true
 		}
@@ -141,7 +105,7 @@ func TestIndexApplyLetsLookupsInDuringALargeBatch(t *testing.T) {
 		t.Errorf("no lookup ran while the batch applied (%d holds)", holds)
 	}
 	for _, p := range prompts {
-		if got, _ := ix.Lookup(time.Unix(1, 0), p, bs, nil, nil); !slices.Equal(got, []sched.CachedTokens{{Worker: "w", Tokens: MaxEventTokens}}) {
+		if got, _ := ix.Lookup(p, bs, nil, nil, nil); !slices.Equal(got, []sched.CachedTokens{{Worker: "w", Tokens: MaxEventTokens}}) {
 			t.Fatalf("after the batch: %v", got)
 		}
 	}
@@ -151,7 +115,7 @@ func TestIndexApplyLetsLookupsInDuringALargeBatch(t *testing.T) {
 // clears are applied in chunks too.
 func TestIndexApplyBoundsRemovalsAndRepeats(t *testing.T) {
 	const bs = 16
-	ix := NewIndex(bs, 0, time.Second)
+	ix := NewIndex(bs, 0)
 	ev := storedEvent(seqTokens(MaxEventTokens, 1), bs, 1)
 	g := int64(-1)
 	apply := func(evs ...Event) Applied {
@@ -187,10 +151,10 @@ func TestIndexApplyBoundsRemovalsAndRepeats(t *testing.T) {
 // blocks; a removal beyond it clears the stream; both are counted.
 func TestIndexTruncatedEvents(t *testing.T) {
 	const bs = 16
-	ix := NewIndex(bs, 0, time.Second)
+	ix := NewIndex(bs, 0)
 	ids := seqTokens(MaxEventTokens+8*bs, 1)
 	var b Batch
-	payload := Encode(&Batch{Events: []Event{storedEvent(ids, bs, 1)}}, Encoding{})
+	payload := storedPayload(storedEvent(ids, bs, 1))
 	if err := NewDecoder().Decode(payload, &b); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +163,7 @@ func TestIndexTruncatedEvents(t *testing.T) {
 	if a != (Applied{Stored: MaxEventTokens / bs, Truncated: 1}) {
 		t.Fatalf("Applied %+v", a)
 	}
-	got, _ := ix.Lookup(time.Unix(1, 0), prefix.HashTokens("", ids, bs, nil), bs, nil, nil)
+	got, _ := ix.Lookup(prefix.HashTokens("", ids, bs, nil), bs, nil, nil, nil)
 	if !slices.Equal(got, []sched.CachedTokens{{Worker: "w", Tokens: MaxEventTokens}}) {
 		t.Fatalf("Lookup = %v", got)
 	}
@@ -218,10 +182,10 @@ func TestIndexTruncatedEvents(t *testing.T) {
 // so once the events named it.
 func TestIndexSeeds(t *testing.T) {
 	const bs = 4
-	ix := NewIndex(bs, 0, time.Second)
+	ix := NewIndex(bs, 0)
 	ids := seqTokens(3*bs, 1)
 	price := func(model string) []sched.CachedTokens {
-		got, _ := ix.Lookup(time.Unix(1, 0), prefix.HashTokens(ix.SeedFor(model), ids, bs, nil), bs, nil, nil)
+		got, _ := ix.Lookup(prefix.HashTokens(ix.SeedFor(model), ids, bs, nil), bs, nil, nil, nil)
 		return got
 	}
 	g1, g2 := int64(-1), int64(-1)
@@ -249,7 +213,7 @@ func TestIndexSeeds(t *testing.T) {
 }
 
 func TestIndexBoundsLoraNames(t *testing.T) {
-	ix := NewIndex(1, 0, time.Second)
+	ix := NewIndex(1, 0)
 	g := int64(-1)
 	var b Batch
 	for i := range maxLoraNames + 1 {

@@ -2,15 +2,18 @@ package kvevents_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 	"github.com/tollgate/tollgate/sched/prefix"
+	"github.com/tollgate/tollgate/test/kvwire"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 
@@ -49,7 +52,8 @@ func complete(t *testing.T, w *mockworker.Worker, ids []int) {
 
 // cachedOn looks ids up for worker.
 func cachedOn(m *kvevents.Manager, worker string, ids []int) (uint64, bool) {
-	for _, c := range m.Lookup(time.Now(), hashes(ids), blockSize, nil) {
+	found, _ := m.Index().Lookup(hashes(ids), blockSize, nil, nil, nil)
+	for _, c := range found {
 		if c.Worker == worker {
 			return c.Tokens, true
 		}
@@ -69,7 +73,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func startWorker(t *testing.T, enc kvevents.Encoding, cacheBlocks int) *mockworker.Worker {
+func startWorker(t *testing.T, enc kvwire.Encoding, cacheBlocks int) *mockworker.Worker {
 	return mockworker.Start(t, mockworker.Config{
 		ID: "w0", Speed: 1000, BlockSize: blockSize, CacheBlocks: cacheBlocks,
 		KVEvents: &mockworker.KVEventsConfig{
@@ -87,14 +91,30 @@ func newManager(t *testing.T, bind string) *kvevents.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Close)
+	run(t, m)
 	return m
+}
+
+// run runs m until stop is called or the test ends; stop returns once Run
+// has.
+func run(t *testing.T, m *kvevents.Manager) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	return stop
 }
 
 // TestLoopbackDial runs the subscriber against mockworker's publisher over
 // loopback ZMQ: stores, evictions, a gap recovered by replay and a restart.
 func TestLoopbackDial(t *testing.T) {
-	for _, enc := range []kvevents.Encoding{{Shape: kvevents.ShapeArray}, {Shape: kvevents.ShapeMap, ByteHashes: true}} {
+	for _, enc := range []kvwire.Encoding{{Shape: kvwire.ShapeArray}, {Shape: kvwire.ShapeMap, ByteHashes: true}} {
 		t.Run(fmt.Sprintf("shape%d-bytes%v", enc.Shape, enc.ByteHashes), func(t *testing.T) {
 			w := startWorker(t, enc, 64)
 			pub, replay := w.KVEventEndpoints()
@@ -153,7 +173,7 @@ func TestLoopbackBind(t *testing.T) {
 		ID: "w0", Speed: 1000, BlockSize: blockSize,
 		KVEvents: &mockworker.KVEventsConfig{
 			Endpoint: m.BindEndpoint(), Connect: true,
-			Topic: "kv@w0@" + mockworker.DefaultModel, Encoding: kvevents.Encoding{Shape: kvevents.ShapeMap},
+			Topic: "kv@w0@" + mockworker.DefaultModel, Encoding: kvwire.Encoding{Shape: kvwire.ShapeMap},
 		},
 	})
 	a := prompt(5*blockSize, 1)
@@ -182,7 +202,7 @@ func TestLoopbackDataParallel(t *testing.T) {
 	base := fmt.Sprintf("tcp://127.0.0.1:%d", port-1)
 	w := mockworker.Start(t, mockworker.Config{
 		ID: "w0", Speed: 1000, BlockSize: blockSize,
-		KVEvents: &mockworker.KVEventsConfig{Endpoint: base, DPRank: &rank, Encoding: kvevents.Encoding{Shape: kvevents.ShapeMap}},
+		KVEvents: &mockworker.KVEventsConfig{Endpoint: base, DPRank: &rank, Encoding: kvwire.Encoding{Shape: kvwire.ShapeMap}},
 	})
 	if pub, _ := w.KVEventEndpoints(); pub != fmt.Sprintf("tcp://127.0.0.1:%d", port) {
 		t.Fatalf("rank 1 published on %s, want port %d", pub, port)
@@ -191,7 +211,7 @@ func TestLoopbackDataParallel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Close)
+	run(t, m)
 	m.SetWorkers([]kvevents.Endpoint{{Worker: "w0", Endpoint: base, DPSize: 2}})
 	a := prompt(4*blockSize, 1)
 	probe := 0

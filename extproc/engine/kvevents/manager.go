@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/extproc/engine/kvevents/zmtp"
-	"github.com/tollgate/tollgate/sched"
 )
 
 // Defaults for Config.
@@ -49,8 +48,6 @@ type Config struct {
 	// MaxBlocks bounds the index in (stream, block) pairs; 0 means
 	// prefix.DefaultExactMaxBlocks.
 	MaxBlocks int
-	// SpeculativeTTL: see DefaultSpeculativeTTL.
-	SpeculativeTTL time.Duration
 	// ResyncAfter bounds how long a stream that lost events without a
 	// replay stays out of sync (priced approximately) before its rebuilt
 	// index is trusted again.
@@ -73,8 +70,7 @@ type Config struct {
 	// address of every worker that names no endpoint of its own
 	// (InferencePool discovery).
 	DefaultPort, DefaultReplayPort int
-	// Now is the clock; nil means time.Now.
-	Now    func() time.Time
+	// Logger gets connection failures and recoveries; nil discards them.
 	Logger *slog.Logger
 }
 
@@ -99,6 +95,10 @@ type Endpoint struct {
 // keeps every stream's sync state and feeds the Index. It is safe for
 // concurrent use.
 //
+// Its lifecycle is New, then Run, once: New starts nothing, SetWorkers
+// before Run records the workers for Run to subscribe to, and Run owns
+// every goroutine, ending them all before it returns.
+//
 // Each worker's index entries have one writer at a time: its subscription
 // in dial mode, the bound socket's goroutine in bind mode. A worker removed
 // or changed by SetWorkers is let go of by that writer once it has stopped
@@ -111,28 +111,40 @@ type Manager struct {
 	log   *slog.Logger
 	zopts zmtp.Options
 
-	ctx      context.Context
-	cancel   context.CancelFunc
+	// ln is bind mode's socket: bound by New, served and closed by Run.
+	ln       net.Listener
 	bindAddr string
 	wg       sync.WaitGroup
 
 	// mu guards the fields below; it is never held across network I/O or
 	// an index update.
-	mu     sync.Mutex
-	closed bool
-	subs   map[string]*subscription // dial mode, by worker
+	mu sync.Mutex
+	// stage is where the Manager is in its lifecycle; run is Run's
+	// context while it runs.
+	stage stage
+	run   context.Context
+	subs  map[string]*subscription // dial mode, by worker
 	// released maps a worker whose subscription was stopped to a channel
 	// closed once that subscription let go of the worker.
 	released map[string]chan struct{}
-	// bound is the worker set known to bind mode, by worker id; gone lists
-	// the workers removed or changed since the bound socket's goroutine
-	// last let go of them, and kick wakes it for them.
-	bound map[string]Endpoint
-	gone  []string
-	kick  chan struct{}
+	// workers is the worker set of the last SetWorkers, by worker id. In
+	// bind mode gone lists the workers removed or changed since the bound
+	// socket's goroutine last let go of them, and kick wakes it for them.
+	workers map[string]Endpoint
+	gone    []string
+	kick    chan struct{}
 	// peerErrs are the bind-mode connection errors logged, by reason.
 	peerErrs map[string]bool
 }
+
+// stage is a Manager's lifecycle stage.
+type stage uint8
+
+const (
+	stageNew     stage = iota // made by New, Run not called yet
+	stageRunning              // in Run
+	stageDone                 // Run returned (or is returning)
+)
 
 type subscription struct {
 	ep     Endpoint
@@ -142,7 +154,13 @@ type subscription struct {
 	done chan struct{}
 }
 
-// New returns a Manager; with cfg.Bind set it binds its SUB socket now.
+// New validates cfg and returns a Manager that runs nothing until Run.
+//
+// With cfg.Bind set, New binds the SUB socket (and accepts nothing on it
+// yet), so that a taken port fails New and BindEndpoint is known at once;
+// engines that connect before Run wait in the socket's backlog. Run
+// serves the socket and closes it when it returns: a Manager of bind mode
+// must be Run, if only with a context already done, to release it.
 func New(cfg Config) (*Manager, error) {
 	if cfg.BlockSize <= 0 {
 		return nil, errors.New("kvevents: block size must be positive")
@@ -150,16 +168,13 @@ func New(cfg Config) (*Manager, error) {
 	m := makeManager(cfg)
 	if cfg.Bind != "" {
 		if err := checkEndpoint(cfg.Bind); err != nil {
-			m.cancel()
 			return nil, fmt.Errorf("kvevents: bind endpoint: %w", err)
 		}
-		l, err := zmtp.ListenSub(m.ctx, cfg.Bind, []byte(TopicPrefix), m.zopts)
+		ln, err := zmtp.Bind(cfg.Bind)
 		if err != nil {
-			m.cancel()
 			return nil, fmt.Errorf("kvevents: bind %s: %w", cfg.Bind, err)
 		}
-		m.bindAddr = l.Endpoint()
-		m.wg.Go(func() { m.runBound(l) })
+		m.ln, m.bindAddr = ln, zmtp.EndpointOf(ln.Addr())
 	}
 	return m, nil
 }
@@ -179,18 +194,14 @@ func makeManager(cfg Config) *Manager {
 	if cfg.MaxBindConnections <= 0 {
 		cfg.MaxBindConnections = DefaultMaxBindConnections
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{
-		cfg: cfg, idx: NewIndex(cfg.BlockSize, cfg.MaxBlocks, cfg.SpeculativeTTL), m: newMetrics(),
-		log: cfg.Logger, ctx: ctx, cancel: cancel,
+		cfg: cfg, idx: NewIndex(cfg.BlockSize, cfg.MaxBlocks), m: newMetrics(),
+		log:  cfg.Logger,
 		subs: make(map[string]*subscription), released: make(map[string]chan struct{}),
-		bound: make(map[string]Endpoint), kick: make(chan struct{}, 1), peerErrs: make(map[string]bool),
+		workers: make(map[string]Endpoint), kick: make(chan struct{}, 1), peerErrs: make(map[string]bool),
 	}
 	m.zopts = zmtp.Options{
 		MaxFrameSize: MaxPayloadBytes, MaxFrames: maxFrames,
@@ -210,24 +221,45 @@ func (m *Manager) Index() *Index { return m.idx }
 // Collectors returns the Manager's metrics, for registration.
 func (m *Manager) Collectors() []prometheus.Collector { return m.m.collectors(m) }
 
-// Close stops every subscriber and waits for them. It returns promptly
-// whatever the engines do: every connection is closed at once.
-func (m *Manager) Close() {
+// Run runs the subscribers until ctx ends: bind mode's socket, and one
+// subscription per worker and DP rank of the last SetWorkers. Then it
+// stops them all, closing every connection at once whatever the engines
+// do, waits for them and returns nil. A Manager runs once: a second Run
+// returns an error at once.
+func (m *Manager) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	m.mu.Lock()
-	m.closed = true
+	if m.stage != stageNew {
+		m.mu.Unlock()
+		return errors.New("kvevents: Manager.Run called twice")
+	}
+	m.stage, m.run = stageRunning, ctx
+	if m.ln != nil {
+		l := zmtp.ServeSub(ctx, m.ln, []byte(TopicPrefix), m.zopts)
+		m.wg.Go(func() { m.runBound(ctx, l) })
+	}
+	m.resubscribe()
 	m.mu.Unlock()
-	m.cancel()
+
+	<-ctx.Done()
+	m.mu.Lock()
+	m.stage, m.run = stageDone, nil // SetWorkers starts nothing more
+	m.mu.Unlock()
+	cancel()
 	m.wg.Wait()
+	return nil
 }
 
-// SetWorkers starts, restarts and stops subscribers to match eps. Workers
-// left out are forgotten by the index. It returns at once: subscribers it
-// stops end in the background, and let go of their workers' index entries
-// as they end.
+// SetWorkers sets the workers to subscribe to. While Run runs it starts,
+// restarts and stops subscribers to match eps; before Run it records eps
+// for Run to start; after Run returned it does nothing. Workers left out
+// are forgotten by the index. It never waits: subscribers it stops end in
+// the background, and let go of their workers' index entries as they end.
 func (m *Manager) SetWorkers(eps []Endpoint) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
+	if m.stage == stageDone {
 		return
 	}
 	want := make(map[string]Endpoint, len(eps))
@@ -240,9 +272,17 @@ func (m *Manager) SetWorkers(eps []Endpoint) {
 		}
 		want[ep.Worker] = ep
 	}
-	m.setBound(want)
+	m.setWorkers(want)
+	if m.stage == stageRunning {
+		m.resubscribe()
+	}
+}
+
+// resubscribe starts, restarts and stops dial mode's subscriptions to
+// match m.workers; m.mu is held and Run runs.
+func (m *Manager) resubscribe() {
 	for w, s := range m.subs {
-		if ep, ok := want[w]; !ok || ep != s.ep {
+		if ep, ok := m.workers[w]; !ok || ep != s.ep {
 			s.cancel()
 			delete(m.subs, w)
 			m.released[w] = s.done
@@ -253,7 +293,7 @@ func (m *Manager) SetWorkers(eps []Endpoint) {
 			delete(m.released, w)
 		}
 	}
-	for w, ep := range want {
+	for w, ep := range m.workers {
 		if _, ok := m.subs[w]; ok || ep.Endpoint == "" {
 			continue
 		}
@@ -261,19 +301,19 @@ func (m *Manager) SetWorkers(eps []Endpoint) {
 	}
 }
 
-// setBound replaces bind mode's worker set; m.mu is held. The bound
-// socket's goroutine lets go of the workers removed or changed.
-func (m *Manager) setBound(want map[string]Endpoint) {
+// setWorkers replaces the worker set; m.mu is held. In bind mode the
+// bound socket's goroutine lets go of the workers removed or changed.
+func (m *Manager) setWorkers(want map[string]Endpoint) {
 	if m.cfg.Bind == "" {
-		m.bound = want
+		m.workers = want
 		return
 	}
-	for w, ep := range m.bound {
+	for w, ep := range m.workers {
 		if nep, ok := want[w]; !ok || nep != ep {
 			m.gone = append(m.gone, w)
 		}
 	}
-	m.bound = want
+	m.workers = want
 	if len(m.gone) > 0 {
 		select {
 		case m.kick <- struct{}{}:
@@ -284,9 +324,9 @@ func (m *Manager) setBound(want map[string]Endpoint) {
 
 // subscribe starts a worker's subscription: one stream per DP rank, once
 // the worker's previous subscription (after, when not nil) let go of it.
-// m.mu is held.
+// m.mu is held and Run runs.
 func (m *Manager) subscribe(ep Endpoint, after <-chan struct{}) *subscription {
-	ctx, cancel := context.WithCancel(m.ctx)
+	ctx, cancel := context.WithCancel(m.run)
 	s := &subscription{ep: ep, cancel: cancel, done: make(chan struct{})}
 	m.wg.Go(func() {
 		defer close(s.done)
@@ -307,7 +347,7 @@ func (m *Manager) subscribe(ep Endpoint, after <-chan struct{}) *subscription {
 func (m *Manager) runWorker(ctx context.Context, ep Endpoint) {
 	var wg sync.WaitGroup
 	for i := range max(ep.DPSize, 1) {
-		st := newStreamState(Stream{Worker: ep.Worker, Rank: ep.DPStart + i}, m.cfg.Now())
+		st := newStreamState(Stream{Worker: ep.Worker, Rank: ep.DPStart + i}, time.Now())
 		m.idx.SetSynced(st.Worker, st.Rank, false)
 		m.m.unsynced.Inc()
 		pub, replay := OffsetPort(ep.Endpoint, int(i)), ""
@@ -326,23 +366,6 @@ func isClosed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// Lookup is Index.Lookup, counted by source.
-func (m *Manager) Lookup(now time.Time, hashes []uint64, blockTokens uint64, approx []sched.CachedTokens) []sched.CachedTokens {
-	out, src := m.idx.Lookup(now, hashes, blockTokens, approx, nil)
-	if src.Events > 0 {
-		m.m.cachedTokens.WithLabelValues("events").Observe(float64(src.BestEvents))
-	}
-	if src.Approximate > 0 {
-		m.m.cachedTokens.WithLabelValues("approximate").Observe(float64(src.BestApproximate))
-	}
-	return out
-}
-
-// Record is Index.Record.
-func (m *Manager) Record(now time.Time, worker string, hashes []uint64) {
-	m.idx.Record(now, worker, hashes)
 }
 
 // runDial subscribes to one publisher until ctx ends, reconnecting.
@@ -464,7 +487,7 @@ func (m *Manager) bindPeerError(err error) {
 
 // tick ends a bounded resync.
 func (m *Manager) tick(st *streamState) {
-	if !st.synced && m.cfg.Now().Sub(st.since) >= m.cfg.ResyncAfter {
+	if !st.synced && time.Since(st.since) >= m.cfg.ResyncAfter {
 		m.setSynced(st, true)
 	}
 }
@@ -475,7 +498,7 @@ func (m *Manager) setSynced(st *streamState, synced bool) {
 	}
 	st.synced = synced
 	if !synced {
-		st.since = m.cfg.Now()
+		st.since = time.Now()
 		m.m.unsynced.Inc()
 	} else {
 		m.m.unsynced.Dec()
@@ -532,7 +555,7 @@ func (m *Manager) apply(st *streamState, dec *Decoder, b *Batch, seq uint64, pay
 		m.log.Debug("kv events: malformed batch dropped", "worker", st.Worker, "seq", seq, "error", err)
 		return
 	}
-	a := m.idx.Apply(m.cfg.Now(), st.Stream, b, &st.group)
+	a := m.idx.Apply(time.Now(), st.Stream, b, &st.group)
 	for i := range b.Events {
 		m.m.events.WithLabelValues(st.Worker, b.Events[i].Kind.String()).Inc()
 	}
@@ -631,9 +654,10 @@ type boundStreams struct {
 	ranks map[string]int
 }
 
-// runBound serves bind mode: engines connect and name themselves in the
-// topic; each (worker, rank) gets its own sequence tracking, without replay.
-func (m *Manager) runBound(l *zmtp.Listener) {
+// runBound serves bind mode until ctx ends: engines connect and name
+// themselves in the topic; each (worker, rank) gets its own sequence
+// tracking, without replay.
+func (m *Manager) runBound(ctx context.Context, l *zmtp.Listener) {
 	defer func() { _ = l.Close() }()
 	dec := NewDecoder()
 	var b Batch
@@ -642,13 +666,13 @@ func (m *Manager) runBound(l *zmtp.Listener) {
 	defer t.Stop()
 	for {
 		select {
-		case <-m.ctx.Done():
+		case <-ctx.Done():
 			return
 		case msg, ok := <-l.Messages():
 			if !ok {
 				return
 			}
-			m.boundMessage(&bs, dec, &b, msg)
+			m.boundMessage(ctx, &bs, dec, &b, msg)
 			msg.Release()
 		case <-m.kick:
 			m.letGo(&bs, m.boundView(""))
@@ -678,7 +702,7 @@ func (m *Manager) boundView(worker string) boundEntry {
 	e := boundEntry{gone: m.gone}
 	m.gone = nil
 	if worker != "" {
-		e.ep, e.known = m.bound[worker]
+		e.ep, e.known = m.workers[worker]
 	}
 	return e
 }
@@ -701,7 +725,7 @@ func (m *Manager) letGo(bs *boundStreams, e boundEntry) {
 }
 
 // boundMessage handles one bind-mode message.
-func (m *Manager) boundMessage(bs *boundStreams, dec *Decoder, b *Batch, msg *zmtp.Message) {
+func (m *Manager) boundMessage(ctx context.Context, bs *boundStreams, dec *Decoder, b *Batch, msg *zmtp.Message) {
 	if len(msg.Frames) != 3 {
 		m.m.malformed.WithLabelValues("").Inc()
 		return
@@ -730,13 +754,13 @@ func (m *Manager) boundMessage(bs *boundStreams, dec *Decoder, b *Batch, msg *zm
 			m.m.rankRejected.WithLabelValues(worker).Inc()
 			return
 		}
-		st = newStreamState(Stream{Worker: worker, Rank: b.Rank}, m.cfg.Now())
+		st = newStreamState(Stream{Worker: worker, Rank: b.Rank}, time.Now())
 		bs.streams[k] = st
 		bs.ranks[worker]++
 		m.idx.SetSynced(worker, b.Rank, false)
 		m.m.unsynced.Inc()
 	}
-	m.handle(m.ctx, st, dec, b, seq, msg.Frames[2], "")
+	m.handle(ctx, st, dec, b, seq, msg.Frames[2], "")
 }
 
 // rankAllowed reports whether bind mode takes a new stream of a worker's

@@ -4,8 +4,21 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/tollgate/tollgate/extproc/engine/kvevents/zmtp"
 )
+
+// storedPayload is a batch of one BlockStored event, in vLLM's positional
+// shape. The package's external tests use test/kvwire's encoder, which
+// these internal ones cannot import (it imports this package).
+func storedPayload(ev Event) []byte {
+	b, err := msgpack.Marshal([]any{0.0, []any{[]any{"BlockStored", ev.Hashes, nil, ev.Tokens, ev.BlockSize}}})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
 
 // boundBatch is a bind-mode message of worker storing one 16-token block
 // of tokens from first.
@@ -14,7 +27,7 @@ func boundBatch(worker string, seq uint64, hash uint64, first uint32) *zmtp.Mess
 	for i := range uint32(16) {
 		ev.Tokens = append(ev.Tokens, first+i)
 	}
-	payload := Encode(&Batch{Events: []Event{ev}}, Encoding{})
+	payload := storedPayload(ev)
 	return &zmtp.Message{Frames: [][]byte{[]byte("kv@" + worker + "@m"), binary.BigEndian.AppendUint64(nil, seq), payload}}
 }
 
@@ -24,12 +37,11 @@ func boundBatch(worker string, seq uint64, hash uint64, first uint32) *zmtp.Mess
 // writes after its worker was let go of.
 func TestBindLetsGoOfChangedWorkers(t *testing.T) {
 	m := makeManager(Config{BlockSize: 16, Bind: "tcp://127.0.0.1:1"})
-	defer m.cancel()
 	bs := boundStreams{streams: make(map[streamKey]*streamState), ranks: make(map[string]int)}
 	dec := NewDecoder()
 	var b Batch
 	m.SetWorkers([]Endpoint{{Worker: "w0"}})
-	m.boundMessage(&bs, dec, &b, boundBatch("w0", 0, 1, 100))
+	m.boundMessage(t.Context(), &bs, dec, &b, boundBatch("w0", 0, 1, 100))
 	if n := m.idx.StreamLen("w0", 0); n != 1 {
 		t.Fatalf("w0 holds %d blocks", n)
 	}
@@ -40,7 +52,7 @@ func TestBindLetsGoOfChangedWorkers(t *testing.T) {
 	if n := m.idx.StreamLen("w0", 0); n != 1 {
 		t.Errorf("SetWorkers wrote to the index: w0 holds %d blocks", n)
 	}
-	m.boundMessage(&bs, dec, &b, boundBatch("w0", 1, 2, 200))
+	m.boundMessage(t.Context(), &bs, dec, &b, boundBatch("w0", 1, 2, 200))
 	if n := m.idx.StreamLen("w0", 0); n != 1 {
 		t.Errorf("w0 holds %d blocks, want the new stream's one", n)
 	}
@@ -52,7 +64,7 @@ func TestBindLetsGoOfChangedWorkers(t *testing.T) {
 	if m.idx.StreamLen("w0", 0) != 0 || m.idx.Synced("w0") || len(bs.streams) != 0 {
 		t.Errorf("the removed worker is still indexed")
 	}
-	m.boundMessage(&bs, dec, &b, boundBatch("w0", 2, 3, 300))
+	m.boundMessage(t.Context(), &bs, dec, &b, boundBatch("w0", 2, 3, 300))
 	if m.idx.StreamLen("w0", 0) != 0 {
 		t.Errorf("a removed worker's batch was applied")
 	}

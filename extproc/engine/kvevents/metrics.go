@@ -19,7 +19,6 @@ type metrics struct {
 	rankRejected  *prometheus.CounterVec
 	unknownWorker prometheus.Counter
 	unsynced      prometheus.Gauge
-	cachedTokens  *prometheus.HistogramVec
 }
 
 func newMetrics() *metrics {
@@ -51,18 +50,13 @@ func newMetrics() *metrics {
 			Name: "tollgate_kv_events_unsynced_streams",
 			Help: "Event streams (worker, DP rank) out of sync: their workers are priced with the approximate index.",
 		}),
-		cachedTokens: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "tollgate_prefix_cached_tokens",
-			Help:    "Largest cached-token estimate of a request over the workers priced by each source (events, approximate), observed when some worker of that source holds part of the prompt.",
-			Buckets: prometheus.ExponentialBuckets(16, 4, 8),
-		}, []string{"source"}),
 	}
 }
 
 func (m *metrics) collectors(mgr *Manager) []prometheus.Collector {
 	return []prometheus.Collector{
 		m.events, m.blocks, m.skipped, m.truncated, m.malformed, m.duplicates, m.gaps, m.replays, m.restarts, m.connects,
-		m.disconnects, m.rankRejected, m.unknownWorker, m.unsynced, m.cachedTokens,
+		m.disconnects, m.rankRejected, m.unknownWorker, m.unsynced,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tollgate_kv_index_blocks",
 			Help: "(worker, DP rank, block) entries held by the exact prefix index.",

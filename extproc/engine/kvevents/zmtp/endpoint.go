@@ -35,17 +35,22 @@ func splitEndpoint(endpoint string, listen bool) (network, address string, err e
 	return "", "", fmt.Errorf("zmtp: endpoint %q: want tcp://HOST:PORT or ipc://PATH", endpoint)
 }
 
-// endpointOf returns the endpoint that reaches a listener's address.
-func endpointOf(a net.Addr) string {
+// EndpointOf returns the endpoint (tcp://HOST:PORT or ipc://PATH) that
+// reaches a listener's address.
+func EndpointOf(a net.Addr) string {
 	if a.Network() == "unix" {
 		return "ipc://" + a.String()
 	}
 	return "tcp://" + a.String()
 }
 
-// listen listens on endpoint. A socket file left at an ipc:// path is
-// removed first, as libzmq does.
-func listen(endpoint string) (net.Listener, error) {
+// Bind listens on endpoint (tcp://HOST:PORT, HOST may be * or empty, or
+// ipc://PATH) and accepts nothing yet: it is ListenSub's first step, for a
+// caller that must learn the endpoint (the port chosen for port 0) or a
+// bind error before it starts any goroutine; ServeSub serves what it
+// returns. A socket file left at an ipc:// path is removed first, as libzmq
+// does.
+func Bind(endpoint string) (net.Listener, error) {
 	network, address, err := splitEndpoint(endpoint, true)
 	if err != nil {
 		return nil, err

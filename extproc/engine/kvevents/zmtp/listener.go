@@ -35,17 +35,18 @@ type Listener struct {
 // ListenSub listens on endpoint (tcp://HOST:PORT, HOST may be *, or
 // ipc://PATH) and subscribes every peer that connects to the messages
 // whose first frame starts with prefix. ctx ending closes the listener;
-// so does Close.
+// so does Close. It is Bind then ServeSub.
 func ListenSub(ctx context.Context, endpoint string, prefix []byte, o Options) (*Listener, error) {
-	ln, err := listen(endpoint)
+	ln, err := Bind(endpoint)
 	if err != nil {
 		return nil, err
 	}
-	return serveSub(ctx, ln, prefix, o), nil
+	return ServeSub(ctx, ln, prefix, o), nil
 }
 
-// serveSub serves ln as a SUB listener.
-func serveSub(ctx context.Context, ln net.Listener, prefix []byte, o Options) *Listener {
+// ServeSub serves ln (from Bind, or any stream listener) as a SUB listener,
+// as ListenSub does; the Listener owns ln from then on and closes it.
+func ServeSub(ctx context.Context, ln net.Listener, prefix []byte, o Options) *Listener {
 	o = o.withDefaults()
 	l := &Listener{
 		ln: ln, o: o, prefix: bytes.Clone(prefix), b: &budget{limit: o.MaxBuffered},
@@ -58,7 +59,7 @@ func serveSub(ctx context.Context, ln net.Listener, prefix []byte, o Options) *L
 
 // Endpoint returns the endpoint peers reach the listener at (with the
 // port chosen when the endpoint asked for port 0).
-func (l *Listener) Endpoint() string { return endpointOf(l.ln.Addr()) }
+func (l *Listener) Endpoint() string { return EndpointOf(l.ln.Addr()) }
 
 // Messages returns the messages of every peer, in the order each peer
 // sent them. Release each once done with it. It is closed once the

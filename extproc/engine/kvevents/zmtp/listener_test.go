@@ -21,7 +21,7 @@ func memListener(t *testing.T, o Options) (l *Listener, dial func() net.Conn, er
 	ln, addr := n.Listen()
 	ch := make(chan error, 64)
 	o.OnPeerError = func(err error) { ch <- err }
-	l = serveSub(t.Context(), ln, []byte("kv@"), o)
+	l = ServeSub(t.Context(), ln, []byte("kv@"), o)
 	t.Cleanup(func() { _ = l.Close() })
 	return l, func() net.Conn {
 		c, err := n.Dial(t.Context(), "tcp", addr)
@@ -166,7 +166,7 @@ func TestListenerContext(t *testing.T) {
 		var n memnet.Network
 		ln, addr := n.Listen()
 		ctx, cancel := context.WithCancel(t.Context())
-		l := serveSub(ctx, ln, nil, Options{})
+		l := ServeSub(ctx, ln, nil, Options{})
 		c, err := n.Dial(t.Context(), "tcp", addr)
 		if err != nil {
 			t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched/policy"
 )
 
@@ -116,7 +117,7 @@ func harnessConfig(log *slog.Logger, workersFile, priorityFile string) (extproc.
 	cfg := extproc.Config{
 		Logger:     log,
 		DrainDelay: -1,
-		Tenancy:    &extproc.Tenancy{Tenants: tenants, DefaultMaxClass: "default"},
+		Tenancy:    &intake.Tenancy{Tenants: tenants, DefaultMaxClass: "default"},
 	}
 	cfg.Sched.Policy.Fallback = fallback
 	cfg.Sched.Rand = rand.New(rand.NewPCG(1, 2))

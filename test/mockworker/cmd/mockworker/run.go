@@ -8,7 +8,7 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/tollgate/tollgate/extproc/engine/kvevents"
+	"github.com/tollgate/tollgate/test/kvwire"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 
@@ -62,9 +62,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if kv.Endpoint != "" {
 		switch kvShape {
 		case "array":
-			kv.Encoding.Shape = kvevents.ShapeArray
+			kv.Encoding.Shape = kvwire.ShapeArray
 		case "map":
-			kv.Encoding.Shape = kvevents.ShapeMap
+			kv.Encoding.Shape = kvwire.ShapeMap
 		default:
 			return fmt.Errorf("--kv-events-shape %q: want array or map", kvShape)
 		}

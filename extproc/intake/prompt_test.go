@@ -1,7 +1,6 @@
-package extproc
+package intake
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -18,7 +17,7 @@ import (
 func alternatingModel(t *testing.T) Tokenizer {
 	t.Helper()
 	dir := t.TempDir()
-	data, err := os.ReadFile("request/tokenize/testdata/llama3-style.json")
+	data, err := os.ReadFile("../request/tokenize/testdata/llama3-style.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,48 +39,44 @@ func alternatingModel(t *testing.T) Tokenizer {
 // refuses is a 400 whose body CountPrompt (tollgate tokenize) repeats.
 func TestPlan_ChatTemplate(t *testing.T) {
 	tok := alternatingModel(t)
-	cfg := testConfig(nil)
-	p, err := newPlanner(&cfg, tok, newMetrics(cfg.TenantMetricTopN, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &headerInfo{}
+	p := newTestPlanner(t, Config{Tokenizer: tok})
+	h := headers()
 	good := []byte(`{"model":"chat","messages":[{"role":"user","content":"hello"}]}`)
-	pl, rej := p.build(t.Context(), t0, 1, openai.KindChatCompletions, h, identity{}, good, false, nil)
+	pl, rej := p.Build(t.Context(), t0, 1, openai.KindChatCompletions, h, Identity{}, good, false, nil)
 	if rej != nil {
 		t.Fatal(rej)
 	}
 	want, _ := tok.Encode("chat", "<user>hello<assistant>", nil)
 	want = want[1:] // the post-processor's BOS: the template writes its own
 	want = append([]uint32{556}, want...)
-	got, err := CountPrompt(t.Context(), tok, openai.KindChatCompletions, good, 0)
+	got, err := CountPrompt(t.Context(), tok, openai.KindChatCompletions, good, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(got.Tokens, want) || got.Count != len(want) || pl.estimate != len(want) || !pl.exact {
-		t.Errorf("tokens %v (count %d, plan %d exact %v), want %v", got.Tokens, got.Count, pl.estimate, pl.exact, want)
+	if !reflect.DeepEqual(got.Tokens, want) || got.Count != len(want) || pl.Estimate != len(want) || !pl.Exact {
+		t.Errorf("tokens %v (count %d, plan %d exact %v), want %v", got.Tokens, got.Count, pl.Estimate, pl.Exact, want)
 	}
 
 	bad := []byte(`{"model":"chat","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`)
-	_, rej = p.build(t.Context(), t0, 2, openai.KindChatCompletions, h, identity{}, bad, false, nil)
+	_, rej = p.Build(t.Context(), t0, 2, openai.KindChatCompletions, h, Identity{}, bad, false, nil)
 	if rej == nil {
 		t.Fatal("a conversation the template refuses was admitted")
 	}
-	_, err = CountPrompt(t.Context(), tok, openai.KindChatCompletions, bad, 0)
-	var rr *RejectedRequest
+	_, err = CountPrompt(t.Context(), tok, openai.KindChatCompletions, bad, 1<<20)
+	var rr *Rejection
 	if !errors.As(err, &rr) {
 		t.Fatalf("CountPrompt: %v", err)
 	}
-	if rr.Status != 400 || !bytes.Equal(rr.Body, rej.body()) || !strings.Contains(string(rr.Body), "Conversation roles must alternate") {
-		t.Errorf("CountPrompt rejection %d %s, serve's %s", rr.Status, rr.Body, rej.body())
+	if *rr != *rej || rr.Reason != ReasonBadRequest || !strings.Contains(rr.Message, "Conversation roles must alternate") {
+		t.Errorf("CountPrompt rejection %+v, serve's %+v", rr, rej)
 	}
 
 	// Other models keep the estimator and the plain rendering.
-	other, err := CountPrompt(t.Context(), tok, openai.KindChatCompletions, []byte(`{"model":"x","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`), 0)
+	other, err := CountPrompt(t.Context(), tok, openai.KindChatCompletions, []byte(`{"model":"x","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}]}`), 1<<20)
 	if err != nil || other.Exact || other.Tokens != nil || other.Tokenizer != "estimate" {
 		t.Errorf("estimated model: %+v %v", other, err)
 	}
-	if _, err := CountPrompt(t.Context(), tok, openai.KindCompletions, []byte(`{"model":"x","prompt":"`+strings.Repeat("a", 100)+`"}`), 50); !errors.As(err, &rr) || rr.Status != 413 {
+	if _, err := CountPrompt(t.Context(), tok, openai.KindCompletions, []byte(`{"model":"x","prompt":"`+strings.Repeat("a", 100)+`"}`), 50); !errors.As(err, &rr) || rr.Reason != ReasonBodyTooLarge {
 		t.Errorf("oversized body: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package extproc
+package intake
 
 import (
 	"strings"
@@ -20,32 +20,19 @@ func planHeaders() []string {
 }
 
 // BenchmarkPlan measures the planning path of one admission request in a
-// stream goroutine: reading the headers, the identity and priority, the
+// stream goroutine: the identity and priority from the headers, the
 // body's JSON, tokenizing, hashing and the prefix lookup.
 func BenchmarkPlan(b *testing.B) {
-	cfg := testConfig(nil)
-	tok, err := defaultTokenizer()
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := newPlanner(&cfg, tok, newMetrics(cfg.TenantMetricTopN, nil))
-	if err != nil {
-		b.Fatal(err)
-	}
-	hm := headerMapOf(planHeaders()...)
+	p := newTestPlanner(b, Config{})
+	h := headers(planHeaders()...)
 	body := []byte(chatBody)
 	b.ReportAllocs()
 	for b.Loop() {
-		h, rej := parseHeaders(hm, p.keep, cfg.MaxHeaderBytes, cfg.MaxHeaderCount)
+		who, rej := p.Identify(h, "198.51.100.7:41000", true)
 		if rej != nil {
 			b.Fatal(rej)
 		}
-		kind, admission := openai.RouteKind(h.method, h.path)
-		who, rej := p.identify(h, "198.51.100.7:41000", admission)
-		if rej != nil {
-			b.Fatal(rej)
-		}
-		if _, rej := p.build(b.Context(), t0, 1, kind, h, who, body, false, nil); rej != nil {
+		if _, rej := p.Build(b.Context(), t0, 1, openai.KindChatCompletions, h, who, body, false, nil); rej != nil {
 			b.Fatal(rej)
 		}
 	}
@@ -64,7 +51,7 @@ func BenchmarkModelOf(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if modelField(body).Name != "llama" {
+		if ModelField(body).Name != "llama" {
 			b.Fatal("no model")
 		}
 	}
@@ -73,7 +60,7 @@ func BenchmarkModelOf(b *testing.B) {
 // BenchmarkRewriteModel measures a model rewrite of a request body.
 func BenchmarkRewriteModel(b *testing.B) {
 	body := modelBody()
-	table := &rewriteTable{exact: map[string][]RewriteTarget{"llama": {{Model: "llama-v2", Weight: 1}}}}
+	table := &rewriteRules{exact: map[string][]RewriteTarget{"llama": {{Model: "llama-v2", Weight: 1}}}}
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,4 +1,4 @@
-package extproc
+package intake
 
 import (
 	"context"
@@ -25,14 +25,14 @@ type counted struct {
 // conversation the chat template refuses is the client's error, as on the
 // engine. A chat template that exceeds its render budget, or a ctx that
 // ends first, leaves the estimate of the request's text.
-func promptTokens(ctx context.Context, tok Tokenizer, r *openai.Request) (counted, *rejection) {
+func promptTokens(ctx context.Context, tok Tokenizer, r *openai.Request) (counted, *Rejection) {
 	ids, n, err := tokenize.EncodePromptContext(ctx, tok, tokenize.Prompt{Model: r.Model, Text: r.Text, Messages: r.Messages, Tools: r.Tools}, nil)
 	switch {
 	case err == nil:
 	case errors.Is(err, tokenize.ErrRenderBudget) || ctx.Err() != nil:
 		return counted{n: estimateTokens(r), fallback: err}, nil
 	default:
-		return counted{}, &rejection{reason: reasonBadRequest, message: err.Error(), param: "messages", errCode: openai.CodeInvalidValue}
+		return counted{}, &Rejection{Reason: ReasonBadRequest, Message: err.Error(), Param: "messages", Code: openai.CodeInvalidValue}
 	}
 	if !tokenize.ExactFor(tok, r.Model) {
 		return counted{n: n}, nil
@@ -67,32 +67,17 @@ type PromptCount struct {
 	Estimated string `json:"estimated,omitempty"`
 }
 
-// RejectedRequest is the answer serve sends for a request it rejects.
-type RejectedRequest struct {
-	Status int
-	Body   []byte
-}
-
-func (r *RejectedRequest) Error() string { return string(r.Body) }
-
 // CountPrompt parses one request body of kind and tokenizes it as serve
-// does (tollgate tokenize). A request serve would reject returns a
-// *RejectedRequest with the status and body serve would send; once ctx is
-// done, tokenizing stops and the context's error is returned.
-// maxBodyBytes <= 0 means DefaultMaxBodyBytes.
+// does (tollgate tokenize). A request serve would reject returns the
+// *Rejection serve would answer with; once ctx is done, tokenizing stops
+// and the context's error is returned. maxBodyBytes must be positive.
 func CountPrompt(ctx context.Context, tok Tokenizer, kind openai.Kind, body []byte, maxBodyBytes int) (*PromptCount, error) {
-	if maxBodyBytes <= 0 {
-		maxBodyBytes = DefaultMaxBodyBytes
-	}
-	reject := func(r *rejection) error {
-		return &RejectedRequest{Status: answerTable[r.reason].status, Body: r.body()}
-	}
 	if len(body) > maxBodyBytes {
-		return nil, reject(bodyTooLarge(maxBodyBytes))
+		return nil, BodyTooLarge(maxBodyBytes)
 	}
 	r, err := openai.Parse(kind, body)
 	if err != nil {
-		return nil, reject(badRequest(err))
+		return nil, badRequest(err)
 	}
 	out := &PromptCount{Model: r.Model, Tokenizer: tok.Name()}
 	if m, ok := tok.(*tokenize.Mapping); ok {
@@ -105,7 +90,7 @@ func CountPrompt(ctx context.Context, tok Tokenizer, kind openai.Kind, body []by
 		c, rej := promptTokens(ctx, tok, r)
 		switch {
 		case rej != nil:
-			return nil, reject(rej)
+			return nil, rej
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case c.fallback != nil:

@@ -1,4 +1,4 @@
-package extproc
+package intake
 
 import (
 	"context"
@@ -19,8 +19,8 @@ import (
 // must be safe for concurrent use.
 type Tokenizer = tokenize.Tokenizer
 
-// defaultTokenizer is the tokenizer used when Config.Tokenizer is nil.
-func defaultTokenizer() (Tokenizer, error) { return tokenize.New(tokenize.DefaultSpec) }
+// DefaultTokenizer is the tokenizer used when Config.Tokenizer is nil.
+func DefaultTokenizer() (Tokenizer, error) { return tokenize.New(tokenize.DefaultSpec) }
 
 // Heavy tokenizations. A prompt of heavyPromptBytes or more (messages,
 // tools and text together) is tokenized in one of heavySlots() slots, so
@@ -108,7 +108,7 @@ func newPromptTokenizer(tok Tokenizer, reg prometheus.Registerer, log *slog.Logg
 // it is large. A prompt that exceeds the render budget, gets no slot, or
 // whose stream ends first is priced by the estimate (for a stream that
 // ended, the submit that follows fails).
-func (pt *promptTokenizer) tokens(ctx context.Context, r *openai.Request) (ids []uint32, n int, exact bool, rej *rejection) {
+func (pt *promptTokenizer) tokens(ctx context.Context, r *openai.Request) (ids []uint32, n int, exact bool, rej *Rejection) {
 	if len(r.Messages)+len(r.Tools)+len(r.Text) >= pt.heavyBytes && tokenize.ExactFor(pt.tok, r.Model) {
 		release, err := pt.acquire(ctx)
 		if err != nil {

