@@ -57,7 +57,7 @@ const (
 type bodyShape uint8
 
 const (
-	// shapeSMG: {"error":{"type":<reason phrase>,"code","message","param":null}}
+	// shapeSMG: {"error":{"type":<OpenAI type>,"code","message","param":null}}
 	// plus the X-SMG-Error-Code header (SMG's create_error).
 	shapeSMG bodyShape = iota + 1
 	// shapeOpenAI: the OpenAI error object, as openai.Error renders it.
@@ -220,7 +220,7 @@ func (r *rejection) body() []byte {
 	case shapeSMG:
 		fallthrough
 	default:
-		e := smgError{Type: http.StatusText(row.status), Code: row.code, Message: r.text()}
+		e := smgError{Type: errorType(r.httpStatus()), Code: row.code, Message: r.text()}
 		if r.reason == reasonNoEndpoints {
 			e.Model = &r.model
 		}
@@ -238,8 +238,28 @@ func (r *rejection) body() []byte {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
-// smgError is SMG's create_error object. Model is tollgate's addition for
-// the no-endpoints answer.
+// errorType is the OpenAI error object's type for an HTTP status, in
+// OpenAI's snake_case. SMG's create_error writes the status's reason
+// phrase there ("Too Many Requests"); tollgate keeps SMG's code, message,
+// param and X-SMG-Error-Code header, which SMG's clients key on, and gives
+// OpenAI's clients the type they know.
+func errorType(status int) string {
+	switch status {
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusServiceUnavailable:
+		return "service_unavailable_error"
+	}
+	if status >= 500 {
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+// smgError is SMG's create_error object, with OpenAI's type (errorType).
+// Model is tollgate's addition for the no-endpoints answer.
 type smgError struct {
 	Type    string  `json:"type"`
 	Code    string  `json:"code"`

@@ -21,17 +21,17 @@ func TestAnswerTable(t *testing.T) {
 		{
 			name: "queue full", r: &rejection{reason: reasonQueueFull}, status: 429,
 			headers: map[string]string{"content-type": "application/json", "retry-after": "2", "x-smg-error-code": "scheduler_queue_full"},
-			body:    `{"error":{"type":"Too Many Requests","code":"scheduler_queue_full","message":"request queue is full for this priority class","param":null}}`,
+			body:    `{"error":{"type":"rate_limit_error","code":"scheduler_queue_full","message":"request queue is full for this priority class","param":null}}`,
 		},
 		{
 			name: "queue timeout", r: &rejection{reason: reasonQueueTimeout}, status: 503,
 			headers: map[string]string{"content-type": "application/json", "retry-after": "2", "x-smg-error-code": "scheduler_queue_timeout"},
-			body:    `{"error":{"type":"Service Unavailable","code":"scheduler_queue_timeout","message":"timed out waiting for an admission slot","param":null}}`,
+			body:    `{"error":{"type":"service_unavailable_error","code":"scheduler_queue_timeout","message":"timed out waiting for an admission slot","param":null}}`,
 		},
 		{
 			name: "preempted", r: &rejection{reason: reasonPreempted}, status: 503,
 			headers: map[string]string{"content-type": "application/json", "retry-after": "1", "x-smg-error-code": "scheduler_preempted", "x-smg-preempted": "true"},
-			body:    `{"error":{"type":"Service Unavailable","code":"scheduler_preempted","message":"request preempted by higher-priority traffic","param":null}}`,
+			body:    `{"error":{"type":"service_unavailable_error","code":"scheduler_preempted","message":"request preempted by higher-priority traffic","param":null}}`,
 		},
 		{
 			name: "dynamo queue limit", r: &rejection{reason: reasonClassLimit, policyClass: "premium", limitKind: sched.LimitRawISLTokens, current: 9000, limit: 8192}, status: 529,
@@ -41,7 +41,7 @@ func TestAnswerTable(t *testing.T) {
 		{
 			name: "no endpoints", r: &rejection{reason: reasonNoEndpoints, model: "llama", message: `no endpoints available to route work: no ready worker serves the model`}, status: 503,
 			headers: map[string]string{"content-type": "application/json", "x-smg-error-code": "no_endpoints"},
-			body:    `{"error":{"type":"Service Unavailable","code":"no_endpoints","message":"no endpoints available to route work: no ready worker serves the model","param":null,"model":"llama"}}`,
+			body:    `{"error":{"type":"service_unavailable_error","code":"no_endpoints","message":"no endpoints available to route work: no ready worker serves the model","param":null,"model":"llama"}}`,
 		},
 		{
 			name: "model not found", r: modelNotFound("gpt-nope"), status: 404,
@@ -51,17 +51,17 @@ func TestAnswerTable(t *testing.T) {
 		{
 			name: "pin invalid", r: &rejection{reason: reasonPinInvalid, message: "Pinned worker w9 dp_rank 0 is not eligible: worker w9 is unavailable"}, status: 503,
 			headers: map[string]string{"content-type": "application/json", "x-smg-error-code": "pinned_worker_not_eligible"},
-			body:    `{"error":{"type":"Service Unavailable","code":"pinned_worker_not_eligible","message":"Pinned worker w9 dp_rank 0 is not eligible: worker w9 is unavailable","param":null}}`,
+			body:    `{"error":{"type":"service_unavailable_error","code":"pinned_worker_not_eligible","message":"Pinned worker w9 dp_rank 0 is not eligible: worker w9 is unavailable","param":null}}`,
 		},
 		{
 			name: "shutdown", r: &rejection{reason: reasonShutdown}, status: 503,
 			headers: map[string]string{"content-type": "application/json", "retry-after": "1", "x-smg-error-code": "server_shutting_down"},
-			body:    `{"error":{"type":"Service Unavailable","code":"server_shutting_down","message":"the server is shutting down","param":null}}`,
+			body:    `{"error":{"type":"service_unavailable_error","code":"server_shutting_down","message":"the server is shutting down","param":null}}`,
 		},
 		{
 			name: "unauthorized", r: &rejection{reason: reasonUnauthorized, message: "missing API key: send it as Authorization: Bearer <key>"}, status: 401,
 			headers: map[string]string{"content-type": "application/json", "x-smg-error-code": "unauthorized"},
-			body:    `{"error":{"type":"Unauthorized","code":"unauthorized","message":"missing API key: send it as Authorization: Bearer <key>","param":null}}`,
+			body:    `{"error":{"type":"authentication_error","code":"unauthorized","message":"missing API key: send it as Authorization: Bearer <key>","param":null}}`,
 		},
 		{
 			name: "bad request", r: &rejection{reason: reasonBadRequest, message: "'model' is required", param: "model", errCode: "missing_required_parameter"}, status: 400,
@@ -76,7 +76,7 @@ func TestAnswerTable(t *testing.T) {
 		{
 			name: "headers too large", r: &rejection{reason: reasonHeadersTooLarge, message: "request headers exceed the limit of 65536 bytes"}, status: 431,
 			headers: map[string]string{"content-type": "application/json", "x-smg-error-code": "request_headers_too_large"},
-			body:    `{"error":{"type":"Request Header Fields Too Large","code":"request_headers_too_large","message":"request headers exceed the limit of 65536 bytes","param":null}}`,
+			body:    `{"error":{"type":"invalid_request_error","code":"request_headers_too_large","message":"request headers exceed the limit of 65536 bytes","param":null}}`,
 		},
 	}
 	seen := map[reason]bool{}

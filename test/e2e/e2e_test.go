@@ -364,7 +364,7 @@ func TestPreemptionAsTheVictimSeesIt(t *testing.T) {
 					res.r.Header.Get("X-Smg-Preempted") != "true" || res.r.Header.Get("Retry-After") != "1" {
 					t.Errorf("victim reset %v local %v details %q headers %v", res.r.Reset, res.r.LocalReply, res.r.Details, res.r.Header)
 				}
-				if e := errorBody(t, res.r); e["message"] != "request preempted by higher-priority traffic" || e["type"] != "Service Unavailable" {
+				if e := errorBody(t, res.r); e["message"] != "request preempted by higher-priority traffic" || e["type"] != "service_unavailable_error" {
 					t.Errorf("victim body %v", e)
 				}
 				st := s.waitStats("settled", func(sched.Stats) bool { return true })
