@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/test/kubefixture"
 )
 
 func TestPodWorker_AnnotationsOverrideDefaults(t *testing.T) {
@@ -50,7 +51,7 @@ func TestPodWorker_AnnotationsOverrideDefaults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := podWorker(pod("p0", "10.0.0.1", tt.give...), d)
+			got, err := podWorker(kubefixture.Pod("p0", "10.0.0.1", tt.give...), d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,7 +86,7 @@ func TestPodWorker_BadAnnotationExcludesThePod(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := podWorker(pod("p0", "10.0.0.1", tt.give...), Defaults{})
+			_, err := podWorker(kubefixture.Pod("p0", "10.0.0.1", tt.give...), Defaults{})
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -99,7 +100,7 @@ func TestPodWorker_BadAnnotationExcludesThePod(t *testing.T) {
 }
 
 func TestUnknownAnnotations(t *testing.T) {
-	p := pod("p0", "10.0.0.1", "tollgate.io/max-running-request", "8", AnnotationModel, "m", "example.com/other", "x", "tollgate.io/zzz", "1")
+	p := kubefixture.Pod("p0", "10.0.0.1", "tollgate.io/max-running-request", "8", AnnotationModel, "m", "example.com/other", "x", "tollgate.io/zzz", "1")
 	got := unknownAnnotations(p)
 	if diff := cmp.Diff([]string{"tollgate.io/max-running-request", "tollgate.io/zzz"}, got); diff != "" {
 		t.Errorf("unknown (-want +got):\n%s", diff)
@@ -107,7 +108,7 @@ func TestUnknownAnnotations(t *testing.T) {
 }
 
 func TestSlimPod_KeepsWhatDiscoveryReads(t *testing.T) {
-	p := pod("p0", "10.0.0.1", AnnotationModel, "m", "kubectl.kubernetes.io/last-applied-configuration", "{...}")
+	p := kubefixture.Pod("p0", "10.0.0.1", AnnotationModel, "m", "kubectl.kubernetes.io/last-applied-configuration", "{...}")
 	p.Spec.NodeName = "node-1"
 	p.Status.Conditions = append(p.Status.Conditions, podCondition("ContainersReady"))
 	obj, err := slimPod(p)
@@ -141,7 +142,7 @@ func TestPodServing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := pod("p0", "10.0.0.1")
+			p := kubefixture.Pod("p0", "10.0.0.1")
 			tt.mod(p)
 			if got := podServing(p); got != tt.want {
 				t.Errorf("podServing = %v, want %v", got, tt.want)

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/tollgate/tollgate/test/kubefixture"
 )
 
 func TestParsePort(t *testing.T) {
@@ -131,28 +133,28 @@ func buildSlices(t *testing.T, port string, d Defaults, objs ...runtime.Object) 
 
 func TestSliceBuilder_Eligibility(t *testing.T) {
 	f, tr := ptr(false), ptr(true)
-	gone := pod("gone", "10.0.0.6")
+	gone := kubefixture.Pod("gone", "10.0.0.6")
 	gone.DeletionTimestamp = &now
-	replaced := pod("replaced", "10.0.0.7")
+	replaced := kubefixture.Pod("replaced", "10.0.0.7")
 	replaced.UID = "uid-new"
-	unready := pod("unready", "10.0.0.5")
+	unready := kubefixture.Pod("unready", "10.0.0.5")
 	unready.Status.Conditions[0].Status = corev1.ConditionFalse
 	snap := buildSlices(t, "http", Defaults{},
-		pod("a", "10.0.0.1"), pod("b", "10.0.0.2"), pod("c", "10.0.0.3"), pod("d", "10.0.0.4"), unready, gone, replaced,
-		slice("vllm-1", "vllm", 8000,
-			ep{pod: "a", ip: "10.0.0.1"},                             // ready unset counts as ready
-			ep{pod: "b", ip: "10.0.0.2", ready: f},                   // not ready
-			ep{pod: "c", ip: "10.0.0.3", ready: f, terminating: tr},  // terminating
-			ep{pod: "d", ip: "10.0.0.4", ready: tr, terminating: tr}, // terminating, publishNotReadyAddresses
-			ep{pod: "unready", ip: "10.0.0.5", ready: tr},            // pod not Ready, publishNotReadyAddresses
-			ep{pod: "gone", ip: "10.0.0.6", ready: tr},               // pod being deleted
-			ep{pod: "replaced", ip: "10.0.0.7", ready: tr},           // the slice names the old pod
-			ep{pod: "unknown", ip: "10.0.0.8", ready: tr},            // pod not cached yet
-			ep{ip: "10.0.0.9", ready: tr},                            // no targetRef
+		kubefixture.Pod("a", "10.0.0.1"), kubefixture.Pod("b", "10.0.0.2"), kubefixture.Pod("c", "10.0.0.3"), kubefixture.Pod("d", "10.0.0.4"), unready, gone, replaced,
+		kubefixture.Slice("vllm-1", "vllm", 8000,
+			kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1"},                             // ready unset counts as ready
+			kubefixture.Endpoint{Pod: "b", IP: "10.0.0.2", Ready: f},                   // not ready
+			kubefixture.Endpoint{Pod: "c", IP: "10.0.0.3", Ready: f, Terminating: tr},  // terminating
+			kubefixture.Endpoint{Pod: "d", IP: "10.0.0.4", Ready: tr, Terminating: tr}, // terminating, publishNotReadyAddresses
+			kubefixture.Endpoint{Pod: "unready", IP: "10.0.0.5", Ready: tr},            // pod not Ready, publishNotReadyAddresses
+			kubefixture.Endpoint{Pod: "gone", IP: "10.0.0.6", Ready: tr},               // pod being deleted
+			kubefixture.Endpoint{Pod: "replaced", IP: "10.0.0.7", Ready: tr},           // the slice names the old pod
+			kubefixture.Endpoint{Pod: "unknown", IP: "10.0.0.8", Ready: tr},            // pod not cached yet
+			kubefixture.Endpoint{IP: "10.0.0.9", Ready: tr},                            // no targetRef
 		),
-		slice("other-1", "other", 8000, ep{pod: "a", ip: "10.0.0.1"}), // another service
+		kubefixture.Slice("other-1", "other", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1"}), // another service
 	)
-	if got, want := summary(snap.workers), "llm/a@10.0.0.1:8000"; got != want {
+	if got, want := kubefixture.Summary(snap.workers), "llm/a@10.0.0.1:8000"; got != want {
 		t.Errorf("workers %q, want %q", got, want)
 	}
 	if msg := snap.notes["EndpointSlice llm/vllm-1 address 10.0.0.9"]; !strings.Contains(msg, "no Pod") {
@@ -161,35 +163,35 @@ func TestSliceBuilder_Eligibility(t *testing.T) {
 }
 
 func TestSliceBuilder_OnePodOneWorker(t *testing.T) {
-	v6 := slice("vllm-v6", "vllm", 8000, ep{pod: "a", ip: "fd00::1"})
-	moving := slice("vllm-2", "vllm", 8000, ep{pod: "b", ip: "10.0.0.2", ready: ptr(false)})
+	v6 := kubefixture.Slice("vllm-v6", "vllm", 8000, kubefixture.Endpoint{Pod: "a", IP: "fd00::1"})
+	moving := kubefixture.Slice("vllm-2", "vllm", 8000, kubefixture.Endpoint{Pod: "b", IP: "10.0.0.2", Ready: ptr(false)})
 	snap := buildSlices(t, "", Defaults{},
-		pod("a", "10.0.0.1"), pod("b", "10.0.0.2"),
-		v6, slice("vllm-v4", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1"}, ep{pod: "b", ip: "10.0.0.2"}), moving)
-	if got, want := summary(snap.workers), "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000"; got != want {
+		kubefixture.Pod("a", "10.0.0.1"), kubefixture.Pod("b", "10.0.0.2"),
+		v6, kubefixture.Slice("vllm-v4", "vllm", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1"}, kubefixture.Endpoint{Pod: "b", IP: "10.0.0.2"}), moving)
+	if got, want := kubefixture.Summary(snap.workers), "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000"; got != want {
 		t.Errorf("workers %q, want %q (IPv4 preferred, a serving copy wins)", got, want)
 	}
-	only6 := buildSlices(t, "", Defaults{}, pod("a", "fd00::1"), v6)
-	if got, want := summary(only6.workers), "llm/a@[fd00::1]:8000"; got != want {
+	only6 := buildSlices(t, "", Defaults{}, kubefixture.Pod("a", "fd00::1"), v6)
+	if got, want := kubefixture.Summary(only6.workers), "llm/a@[fd00::1]:8000"; got != want {
 		t.Errorf("IPv6 workers %q, want %q", got, want)
 	}
 }
 
 func TestSliceBuilder_SliceProblemsAreNoted(t *testing.T) {
-	multi := slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1"})
+	multi := kubefixture.Slice("vllm-1", "vllm", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1"})
 	multi.Ports = append(multi.Ports, discoveryv1.EndpointPort{Name: ptr("metrics"), Port: ptr[int32](9090)})
-	fqdn := slice("vllm-2", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1"})
+	fqdn := kubefixture.Slice("vllm-2", "vllm", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1"})
 	fqdn.AddressType = discoveryv1.AddressTypeFQDN
-	snap := buildSlices(t, "", Defaults{}, pod("a", "10.0.0.1"), multi, fqdn)
+	snap := buildSlices(t, "", Defaults{}, kubefixture.Pod("a", "10.0.0.1"), multi, fqdn)
 	if len(snap.workers) != 0 {
-		t.Errorf("workers %q, want none", summary(snap.workers))
+		t.Errorf("workers %q, want none", kubefixture.Summary(snap.workers))
 	}
 	if !strings.Contains(snap.notes["EndpointSlice llm/vllm-1"], "several ports") ||
 		!strings.Contains(snap.notes["EndpointSlice llm/vllm-2"], "FQDN is not supported") {
 		t.Errorf("notes %v", snap.notes)
 	}
-	byName := buildSlices(t, "metrics", Defaults{}, pod("a", "10.0.0.1"), multi)
-	if got, want := summary(byName.workers), "llm/a@10.0.0.1:9090"; got != want {
+	byName := buildSlices(t, "metrics", Defaults{}, kubefixture.Pod("a", "10.0.0.1"), multi)
+	if got, want := kubefixture.Summary(byName.workers), "llm/a@10.0.0.1:9090"; got != want {
 		t.Errorf("workers %q, want %q", got, want)
 	}
 }
@@ -197,11 +199,11 @@ func TestSliceBuilder_SliceProblemsAreNoted(t *testing.T) {
 func TestSliceBuilder_CapacityFromAnnotations(t *testing.T) {
 	d := Defaults{MaxRunningRequests: 8, Model: "llama"}
 	snap := buildSlices(t, "http", d,
-		pod("a", "10.0.0.1", AnnotationMaxRunningRequests, "256", AnnotationWorkerID, "gpu-a"),
-		pod("b", "10.0.0.2"),
-		pod("c", "10.0.0.3", AnnotationDPSize, "two", "tollgate.io/dp-sise", "2"),
-		slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1"}, ep{pod: "b", ip: "10.0.0.2"}, ep{pod: "c", ip: "10.0.0.3"}))
-	if got, want := summary(snap.workers), "gpu-a@10.0.0.1:8000 llm/b@10.0.0.2:8000"; got != want {
+		kubefixture.Pod("a", "10.0.0.1", AnnotationMaxRunningRequests, "256", AnnotationWorkerID, "gpu-a"),
+		kubefixture.Pod("b", "10.0.0.2"),
+		kubefixture.Pod("c", "10.0.0.3", AnnotationDPSize, "two", "tollgate.io/dp-sise", "2"),
+		kubefixture.Slice("vllm-1", "vllm", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1"}, kubefixture.Endpoint{Pod: "b", IP: "10.0.0.2"}, kubefixture.Endpoint{Pod: "c", IP: "10.0.0.3"}))
+	if got, want := kubefixture.Summary(snap.workers), "gpu-a@10.0.0.1:8000 llm/b@10.0.0.2:8000"; got != want {
 		t.Fatalf("workers %q, want %q", got, want)
 	}
 	if a, b := snap.workers[0], snap.workers[1]; a.MaxRunningRequests != 256 || a.Model != "llama" || b.MaxRunningRequests != 8 {
@@ -217,21 +219,21 @@ func TestSliceBuilder_CapacityFromAnnotations(t *testing.T) {
 type sliceEnv struct {
 	t      *testing.T
 	client *fake.Clientset
-	rec    *recorder
-	logs   *logBuffer
+	rec    *kubefixture.Recorder
+	logs   *kubefixture.LogBuffer
 }
 
 func startSliceSource(t *testing.T, sel SliceSelection, objs ...runtime.Object) *sliceEnv {
 	t.Helper()
-	e := &sliceEnv{t: t, client: fake.NewClientset(objs...), rec: newRecorder(nil), logs: &logBuffer{}}
+	e := &sliceEnv{t: t, client: fake.NewClientset(objs...), rec: kubefixture.NewRecorder(nil), logs: &kubefixture.LogBuffer{}}
 	src, err := NewEndpointSliceSource(SourceConfig{
-		Client: e.client, Namespace: ns, Apply: e.rec.apply, Logger: e.logs.logger(), Debounce: 10 * time.Millisecond,
+		Client: e.client, Namespace: ns, Apply: e.rec.Apply, Logger: e.logs.Logger(), Debounce: 10 * time.Millisecond,
 		Defaults: Defaults{MaxRunningRequests: 4},
 	}, sel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runWorkerSource(t, src)
+	kubefixture.Run(t, src.Run)
 	return e
 }
 
@@ -265,37 +267,37 @@ func (e *sliceEnv) deletePod(name string) {
 func TestEndpointSliceSource_FollowsEndpoints(t *testing.T) {
 	f, tr := ptr(false), ptr(true)
 	e := startSliceSource(t, SliceSelection{Service: "vllm", Port: "http"},
-		pod("a", "10.0.0.1"), pod("b", "10.0.0.2"),
-		slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}, ep{pod: "b", ip: "10.0.0.2", ready: tr}))
+		kubefixture.Pod("a", "10.0.0.1"), kubefixture.Pod("b", "10.0.0.2"),
+		kubefixture.Slice("vllm-1", "vllm", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1", Ready: tr}, kubefixture.Endpoint{Pod: "b", IP: "10.0.0.2", Ready: tr}))
 	both := "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000"
-	ws := e.rec.await(t, both)
+	ws := e.rec.Await(t, both)
 	if ws[0].MaxRunningRequests != 4 {
 		t.Errorf("default slots not applied: %+v", ws[0])
 	}
 
 	// Not ready: out. Ready again: back.
-	e.putSlice(slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}, ep{pod: "b", ip: "10.0.0.2", ready: f}))
-	e.rec.await(t, "llm/a@10.0.0.1:8000")
-	e.putSlice(slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}, ep{pod: "b", ip: "10.0.0.2", ready: tr}))
-	e.rec.await(t, both)
+	e.putSlice(kubefixture.Slice("vllm-1", "vllm", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1", Ready: tr}, kubefixture.Endpoint{Pod: "b", IP: "10.0.0.2", Ready: f}))
+	e.rec.Await(t, "llm/a@10.0.0.1:8000")
+	e.putSlice(kubefixture.Slice("vllm-1", "vllm", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1", Ready: tr}, kubefixture.Endpoint{Pod: "b", IP: "10.0.0.2", Ready: tr}))
+	e.rec.Await(t, both)
 
 	// Terminating: out at once, before the endpoint controller catches up.
-	gone := pod("b", "10.0.0.2")
+	gone := kubefixture.Pod("b", "10.0.0.2")
 	gone.DeletionTimestamp = &now
 	e.putPod(gone)
-	e.rec.await(t, "llm/a@10.0.0.1:8000")
-	e.putSlice(slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}, ep{pod: "b", ip: "10.0.0.2", ready: f, terminating: tr}))
+	e.rec.Await(t, "llm/a@10.0.0.1:8000")
+	e.putSlice(kubefixture.Slice("vllm-1", "vllm", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1", Ready: tr}, kubefixture.Endpoint{Pod: "b", IP: "10.0.0.2", Ready: f, Terminating: tr}))
 
 	// Removed, and a new pod whose endpoint appears before the pod is cached.
 	e.deletePod("b")
-	e.putSlice(slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}, ep{pod: "c", ip: "10.0.0.3", ready: tr}))
-	e.putPod(pod("c", "10.0.0.3"))
-	e.rec.await(t, "llm/a@10.0.0.1:8000 llm/c@10.0.0.3:8000")
+	e.putSlice(kubefixture.Slice("vllm-1", "vllm", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1", Ready: tr}, kubefixture.Endpoint{Pod: "c", IP: "10.0.0.3", Ready: tr}))
+	e.putPod(kubefixture.Pod("c", "10.0.0.3"))
+	e.rec.Await(t, "llm/a@10.0.0.1:8000 llm/c@10.0.0.3:8000")
 
 	// A second slice of the same service.
-	e.putSlice(slice("vllm-2", "vllm", 8001, ep{pod: "d", ip: "10.0.0.4", ready: tr}))
-	e.putPod(pod("d", "10.0.0.4"))
-	e.rec.await(t, "llm/a@10.0.0.1:8000 llm/c@10.0.0.3:8000 llm/d@10.0.0.4:8001")
+	e.putSlice(kubefixture.Slice("vllm-2", "vllm", 8001, kubefixture.Endpoint{Pod: "d", IP: "10.0.0.4", Ready: tr}))
+	e.putPod(kubefixture.Pod("d", "10.0.0.4"))
+	e.rec.Await(t, "llm/a@10.0.0.1:8000 llm/c@10.0.0.3:8000 llm/d@10.0.0.4:8001")
 
 	// Every slice gone: no workers.
 	for _, name := range []string{"vllm-1", "vllm-2"} {
@@ -303,24 +305,24 @@ func TestEndpointSliceSource_FollowsEndpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.rec.await(t, "")
+	e.rec.Await(t, "")
 }
 
 func TestEndpointSliceSource_SelectorAcrossServices(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := ptr(true)
 		e := startSliceSource(t, SliceSelection{Selector: "app=vllm"},
-			pod("a", "10.0.0.1"), pod("b", "10.0.0.2"),
-			slice("s1-1", "s1", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}),
-			slice("s2-1", "s2", 9000, ep{pod: "b", ip: "10.0.0.2", ready: tr}))
-		e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:9000")
-		other := slice("s3-1", "s3", 7000, ep{pod: "a", ip: "10.0.0.1", ready: tr})
+			kubefixture.Pod("a", "10.0.0.1"), kubefixture.Pod("b", "10.0.0.2"),
+			kubefixture.Slice("s1-1", "s1", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1", Ready: tr}),
+			kubefixture.Slice("s2-1", "s2", 9000, kubefixture.Endpoint{Pod: "b", IP: "10.0.0.2", Ready: tr}))
+		e.rec.Await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:9000")
+		other := kubefixture.Slice("s3-1", "s3", 7000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1", Ready: tr})
 		other.Labels["app"] = "web"
 		e.putSlice(other)
-		e.putPod(pod("z", "10.0.0.9"))
-		settle()
-		if ws, _ := e.rec.last(); summary(ws) != "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:9000" {
-			t.Errorf("a slice outside the selector changed the set to %q", summary(ws))
+		e.putPod(kubefixture.Pod("z", "10.0.0.9"))
+		kubefixture.Settle()
+		if ws, _ := e.rec.Last(); kubefixture.Summary(ws) != "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:9000" {
+			t.Errorf("a slice outside the selector changed the set to %q", kubefixture.Summary(ws))
 		}
 	})
 }
@@ -329,50 +331,50 @@ func TestEndpointSliceSource_AnnotationChanges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := ptr(true)
 		e := startSliceSource(t, SliceSelection{Service: "vllm"},
-			pod("a", "10.0.0.1"), pod("b", "10.0.0.2"),
-			slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}, ep{pod: "b", ip: "10.0.0.2", ready: tr}))
-		e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
+			kubefixture.Pod("a", "10.0.0.1"), kubefixture.Pod("b", "10.0.0.2"),
+			kubefixture.Slice("vllm-1", "vllm", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1", Ready: tr}, kubefixture.Endpoint{Pod: "b", IP: "10.0.0.2", Ready: tr}))
+		e.rec.Await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
 
 		// New capacity and a new id.
-		e.putPod(pod("a", "10.0.0.1", AnnotationMaxRunningRequests, "16", AnnotationWorkerID, "gpu-a", AnnotationModel, "qwen"))
-		ws := e.rec.await(t, "gpu-a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
+		e.putPod(kubefixture.Pod("a", "10.0.0.1", AnnotationMaxRunningRequests, "16", AnnotationWorkerID, "gpu-a", AnnotationModel, "qwen"))
+		ws := e.rec.Await(t, "gpu-a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
 		if ws[0].MaxRunningRequests != 16 || ws[0].Model != "qwen" {
 			t.Errorf("annotations not applied: %+v", ws[0])
 		}
 
 		// A bad value leaves the pod out, logged once however often it is rebuilt.
-		e.putPod(pod("a", "10.0.0.1", AnnotationMaxRunningRequests, "sixteen"))
-		e.rec.await(t, "llm/b@10.0.0.2:8000")
+		e.putPod(kubefixture.Pod("a", "10.0.0.1", AnnotationMaxRunningRequests, "sixteen"))
+		e.rec.Await(t, "llm/b@10.0.0.2:8000")
 		for i := range 3 {
-			e.putPod(pod("b", "10.0.0.2", AnnotationMaxRunningRequests, "8", "touch", string(rune('a'+i))))
-			settle() // one rebuild per change
+			e.putPod(kubefixture.Pod("b", "10.0.0.2", AnnotationMaxRunningRequests, "8", "touch", string(rune('a'+i))))
+			kubefixture.Settle() // one rebuild per change
 		}
-		if n := e.logs.count(`max-running-requests=\"sixteen\"`); n != 1 {
+		if n := e.logs.Count(`max-running-requests=\"sixteen\"`); n != 1 {
 			t.Errorf("bad annotation logged %d times, want 1:\n%s", n, e.logs)
 		}
-		e.putPod(pod("a", "10.0.0.1"))
-		e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
+		e.putPod(kubefixture.Pod("a", "10.0.0.1"))
+		e.rec.Await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
 		if !strings.Contains(e.logs.String(), "problem resolved") {
 			t.Errorf("resolution not logged:\n%s", e.logs)
 		}
 
 		// Two pods claiming one id: the set is invalid, the old one stays.
-		e.putPod(pod("a", "10.0.0.1", AnnotationWorkerID, "same"))
-		e.rec.await(t, "llm/b@10.0.0.2:8000 same@10.0.0.1:8000")
-		before := e.rec.calls()
-		e.putPod(pod("b", "10.0.0.2", AnnotationWorkerID, "same"))
-		settle()
+		e.putPod(kubefixture.Pod("a", "10.0.0.1", AnnotationWorkerID, "same"))
+		e.rec.Await(t, "llm/b@10.0.0.2:8000 same@10.0.0.1:8000")
+		before := e.rec.Calls()
+		e.putPod(kubefixture.Pod("b", "10.0.0.2", AnnotationWorkerID, "same"))
+		kubefixture.Settle()
 		if !strings.Contains(e.logs.String(), "worker set rejected") {
 			t.Fatalf("duplicate ids not rejected:\n%s", e.logs)
 		}
-		if ws, _ := e.rec.last(); e.rec.calls() != before || summary(ws) != "llm/b@10.0.0.2:8000 same@10.0.0.1:8000" {
-			t.Errorf("a rejected set replaced the old one: %q", summary(ws))
+		if ws, _ := e.rec.Last(); e.rec.Calls() != before || kubefixture.Summary(ws) != "llm/b@10.0.0.2:8000 same@10.0.0.1:8000" {
+			t.Errorf("a rejected set replaced the old one: %q", kubefixture.Summary(ws))
 		}
 		if !strings.Contains(e.logs.String(), `duplicate id`) {
 			t.Errorf("rejection reason not logged:\n%s", e.logs)
 		}
-		e.putPod(pod("b", "10.0.0.2", AnnotationWorkerID, "other"))
-		e.rec.await(t, "other@10.0.0.2:8000 same@10.0.0.1:8000")
+		e.putPod(kubefixture.Pod("b", "10.0.0.2", AnnotationWorkerID, "other"))
+		e.rec.Await(t, "other@10.0.0.2:8000 same@10.0.0.1:8000")
 	})
 }
 
@@ -380,14 +382,14 @@ func TestEndpointSliceSource_UnchangedSetIsNotReapplied(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := ptr(true)
 		e := startSliceSource(t, SliceSelection{Service: "vllm"},
-			pod("a", "10.0.0.1"), slice("vllm-1", "vllm", 8000, ep{pod: "a", ip: "10.0.0.1", ready: tr}))
-		e.rec.await(t, "llm/a@10.0.0.1:8000")
-		p := pod("a", "10.0.0.1")
+			kubefixture.Pod("a", "10.0.0.1"), kubefixture.Slice("vllm-1", "vllm", 8000, kubefixture.Endpoint{Pod: "a", IP: "10.0.0.1", Ready: tr}))
+		e.rec.Await(t, "llm/a@10.0.0.1:8000")
+		p := kubefixture.Pod("a", "10.0.0.1")
 		p.Labels["touched"] = "yes"
 		e.putPod(p)
-		e.putPod(pod("unrelated", "10.0.0.99"))
-		settle()
-		if n := e.rec.calls(); n != 1 {
+		e.putPod(kubefixture.Pod("unrelated", "10.0.0.99"))
+		kubefixture.Settle()
+		if n := e.rec.Calls(); n != 1 {
 			t.Errorf("applied %d times, want 1", n)
 		}
 	})
@@ -411,9 +413,9 @@ func TestSource_ReportsListFailuresAndStopsPromptly(t *testing.T) {
 		client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("RBAC: access denied"))
 		})
-		logs := &logBuffer{}
-		rec := newRecorder(nil)
-		src, err := NewEndpointSliceSource(SourceConfig{Client: client, Namespace: ns, Apply: rec.apply, Logger: logs.logger()},
+		logs := &kubefixture.LogBuffer{}
+		rec := kubefixture.NewRecorder(nil)
+		src, err := NewEndpointSliceSource(SourceConfig{Client: client, Namespace: ns, Apply: rec.Apply, Logger: logs.Logger()},
 			SliceSelection{Service: "vllm"})
 		if err != nil {
 			t.Fatal(err)
@@ -421,7 +423,7 @@ func TestSource_ReportsListFailuresAndStopsPromptly(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- src.Run(ctx) }()
-		settle()
+		kubefixture.Settle()
 		if !strings.Contains(logs.String(), "forbidden") {
 			cancel()
 			t.Fatalf("list failure not logged (Run: %v):\n%s", <-done, logs)
@@ -437,7 +439,7 @@ func TestSource_ReportsListFailuresAndStopsPromptly(t *testing.T) {
 		if took := time.Since(cancelled); took > time.Second {
 			t.Fatalf("Run returned %v after cancel, want within 1s", took)
 		}
-		if rec.calls() != 0 {
+		if rec.Calls() != 0 {
 			t.Errorf("a worker set was applied before the caches were complete")
 		}
 	})

@@ -2,8 +2,6 @@ package kube
 
 import (
 	"context"
-	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,11 +9,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/tollgate/tollgate/test/kubefixture"
 )
 
 // cluster tracks the activators of several replicas and records any moment
@@ -53,48 +49,6 @@ func (a *fakeActivator) SetActive(_ context.Context, active bool) error {
 	return nil
 }
 
-// leaseClient returns a fake clientset whose Lease updates behave like the
-// API server's: an update carrying a stale resourceVersion conflicts. (The
-// fake's tracker accepts any update, which would let a replica that read
-// the Lease before another took it over overwrite it.) While *partitioned
-// is true, every write that names holder "a" fails as if the network were
-// down.
-func leaseClient(partitioned *atomic.Bool) *fake.Clientset {
-	client := fake.NewClientset()
-	gvr := coordinationv1.SchemeGroupVersion.WithResource("leases")
-	var mu sync.Mutex
-	client.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		l := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
-		mu.Lock()
-		defer mu.Unlock()
-		cur, err := client.Tracker().Get(gvr, l.Namespace, l.Name)
-		if err != nil {
-			return true, nil, err
-		}
-		if cur.(*coordinationv1.Lease).ResourceVersion != l.ResourceVersion {
-			return true, nil, apierrors.NewConflict(gvr.GroupResource(), l.Name, errors.New("the object has been modified"))
-		}
-		n, _ := strconv.Atoi(l.ResourceVersion)
-		l.ResourceVersion = strconv.Itoa(n + 1)
-		if err := client.Tracker().Update(gvr, l, l.Namespace); err != nil {
-			return true, nil, err
-		}
-		return true, l, nil
-	})
-	client.PrependReactor("*", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		var obj runtime.Object
-		if w, ok := action.(interface{ GetObject() runtime.Object }); ok { // create or update
-			obj = w.GetObject()
-		}
-		l, ok := obj.(*coordinationv1.Lease)
-		if ok && partitioned.Load() && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == "a" {
-			return true, nil, errors.New("connection refused")
-		}
-		return false, nil, nil
-	})
-	return client
-}
-
 // replica runs one Elector until stop is called.
 type replica struct {
 	el   *Elector
@@ -125,33 +79,17 @@ func startReplica(t *testing.T, client *fake.Clientset, c *cluster, id string) *
 	return r
 }
 
-// eventually waits up to d for cond and returns how long that took. Run it
-// in a testing/synctest bubble only: it checks cond every 5 ms of the fake
-// clock, as client-go's leader election retries at jittered (random)
-// instants that a test cannot name in advance.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // The elector runs on client-go's timers and a fake clientset, all inside a
 // synctest bubble: lease, renew and retry periods pass on the fake clock,
 // so the timing checks below are exact however loaded the machine is.
 func TestElector_StandbyTakesOverWhenTheLeaderStopsRenewing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var partitioned atomic.Bool
-		client := leaseClient(&partitioned)
+		client := kubefixture.LeaseClient(&partitioned)
 		c := &cluster{active: map[string]bool{}}
 
 		a := startReplica(t, client, c, "a")
-		eventually(t, 2*time.Second, "a leads", func() bool { return c.isActive("a") })
+		kubefixture.Eventually(t, 2*time.Second, "a leads", func() bool { return c.isActive("a") })
 		b := startReplica(t, client, c, "b")
 		time.Sleep(300 * time.Millisecond)
 		if c.isActive("b") || b.el.Leading() || !a.el.Leading() {
@@ -161,8 +99,8 @@ func TestElector_StandbyTakesOverWhenTheLeaderStopsRenewing(t *testing.T) {
 		// The leader can no longer renew: it steps down after the renew
 		// deadline, and the standby takes over once the lease has expired.
 		partitioned.Store(true)
-		eventually(t, 2*time.Second, "a steps down", func() bool { return !c.isActive("a") })
-		eventually(t, 3*time.Second, "b takes over", func() bool { return c.isActive("b") })
+		kubefixture.Eventually(t, 2*time.Second, "a steps down", func() bool { return !c.isActive("a") })
+		kubefixture.Eventually(t, 3*time.Second, "b takes over", func() bool { return c.isActive("b") })
 		if c.isActive("a") {
 			t.Error("both replicas active")
 		}
@@ -182,7 +120,7 @@ func TestElector_StandbyTakesOverWhenTheLeaderStopsRenewing(t *testing.T) {
 		if c.isActive("b") {
 			t.Error("a stopped replica is still active")
 		}
-		if took := eventually(t, 2*time.Second, "a takes over after the release", func() bool { return c.isActive("a") }); took > 500*time.Millisecond {
+		if took := kubefixture.Eventually(t, 2*time.Second, "a takes over after the release", func() bool { return c.isActive("a") }); took > 500*time.Millisecond {
 			t.Errorf("takeover after a release took %v, want less than half the lease duration", took)
 		}
 		a.stop()

@@ -11,31 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
-)
 
-// inferencePool returns an InferencePool selecting app=vllm on ports.
-func inferencePool(name string, ports ...int64) *unstructured.Unstructured {
-	tps := make([]any, len(ports))
-	for i, p := range ports {
-		tps[i] = map[string]any{"number": p}
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "inference.networking.k8s.io/v1",
-		"kind":       "InferencePool",
-		"metadata":   map[string]any{"name": name, "namespace": ns},
-		"spec": map[string]any{
-			"selector":    map[string]any{"matchLabels": map[string]any{"app": "vllm"}},
-			"targetPorts": tps,
-			"endpointPickerRef": map[string]any{
-				"name": "tollgate", "port": map[string]any{"number": int64(9002)}, "failureMode": "FailClose",
-			},
-			"someFutureField": "ignored",
-		},
-	}}
-}
+	"github.com/tollgate/tollgate/test/kubefixture"
+)
 
 func TestDecodePool(t *testing.T) {
 	tests := []struct {
@@ -68,7 +48,7 @@ func TestDecodePool(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			u := inferencePool("p", 8000)
+			u := kubefixture.InferencePool("p", 8000)
 			tt.mod(u.Object["spec"].(map[string]any))
 			p, err := decodePool(u)
 			if len(tt.wantErr) == 0 {
@@ -97,25 +77,20 @@ type poolEnv struct {
 	t      *testing.T
 	client *fake.Clientset
 	dyn    *dynamicfake.FakeDynamicClient
-	rec    *recorder
-	logs   *logBuffer
-}
-
-func newDynamic(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
-	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{InferencePoolGVR: "InferencePoolList"}, objs...)
+	rec    *kubefixture.Recorder
+	logs   *kubefixture.LogBuffer
 }
 
 func startPoolSource(t *testing.T, pools []runtime.Object, pods ...runtime.Object) *poolEnv {
 	t.Helper()
-	e := &poolEnv{t: t, client: fake.NewClientset(pods...), dyn: newDynamic(pools...), rec: newRecorder(nil), logs: &logBuffer{}}
+	e := &poolEnv{t: t, client: fake.NewClientset(pods...), dyn: kubefixture.NewDynamic(pools...), rec: kubefixture.NewRecorder(nil), logs: &kubefixture.LogBuffer{}}
 	src, err := NewPoolSource(SourceConfig{
-		Client: e.client, Namespace: ns, Apply: e.rec.apply, Logger: e.logs.logger(), Debounce: 10 * time.Millisecond,
+		Client: e.client, Namespace: ns, Apply: e.rec.Apply, Logger: e.logs.Logger(), Debounce: 10 * time.Millisecond,
 	}, e.dyn, "pool")
 	if err != nil {
 		t.Fatal(err)
 	}
-	runWorkerSource(t, src)
+	kubefixture.Run(t, src.Run)
 	return e
 }
 
@@ -141,81 +116,81 @@ func (e *poolEnv) putPod(p *corev1.Pod) {
 
 func TestPoolSource_FollowsPoolAndPods(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		other := pod("web", "10.0.0.9")
+		other := kubefixture.Pod("web", "10.0.0.9")
 		other.Labels = map[string]string{"app": "web"}
-		e := startPoolSource(t, nil, pod("a", "10.0.0.1"), pod("b", "10.0.0.2"), other)
+		e := startPoolSource(t, nil, kubefixture.Pod("a", "10.0.0.1"), kubefixture.Pod("b", "10.0.0.2"), other)
 
 		// No pool yet: no workers, and the operator is told why.
-		e.rec.await(t, "")
+		e.rec.Await(t, "")
 		if !strings.Contains(e.logs.String(), "not found") {
 			t.Errorf("missing pool not logged:\n%s", e.logs)
 		}
-		e.putPool(inferencePool("pool", 8000))
-		e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
+		e.putPool(kubefixture.InferencePool("pool", 8000))
+		e.rec.Await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
 
 		// Not ready, then terminating, then ready again.
-		nr := pod("b", "10.0.0.2")
+		nr := kubefixture.Pod("b", "10.0.0.2")
 		nr.Status.Conditions[0].Status = corev1.ConditionFalse
 		e.putPod(nr)
-		e.rec.await(t, "llm/a@10.0.0.1:8000")
-		e.putPod(pod("b", "10.0.0.2"))
-		e.rec.await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
-		term := pod("a", "10.0.0.1")
+		e.rec.Await(t, "llm/a@10.0.0.1:8000")
+		e.putPod(kubefixture.Pod("b", "10.0.0.2"))
+		e.rec.Await(t, "llm/a@10.0.0.1:8000 llm/b@10.0.0.2:8000")
+		term := kubefixture.Pod("a", "10.0.0.1")
 		term.DeletionTimestamp = &now
 		e.putPod(term)
-		e.rec.await(t, "llm/b@10.0.0.2:8000")
+		e.rec.Await(t, "llm/b@10.0.0.2:8000")
 		if err := e.client.CoreV1().Pods(ns).Delete(context.Background(), "a", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 
 		// Two target ports: one worker per pod and port.
-		e.putPool(inferencePool("pool", 8000, 8001))
-		e.rec.await(t, "llm/b:8000@10.0.0.2:8000 llm/b:8001@10.0.0.2:8001")
+		e.putPool(kubefixture.InferencePool("pool", 8000, 8001))
+		e.rec.Await(t, "llm/b:8000@10.0.0.2:8000 llm/b:8001@10.0.0.2:8001")
 
 		// Annotations apply to every port of the pod.
-		e.putPod(pod("b", "10.0.0.2", AnnotationMaxRunningRequests, "7", AnnotationWorkerID, "gpu-b"))
-		ws := e.rec.await(t, "gpu-b:8000@10.0.0.2:8000 gpu-b:8001@10.0.0.2:8001")
+		e.putPod(kubefixture.Pod("b", "10.0.0.2", AnnotationMaxRunningRequests, "7", AnnotationWorkerID, "gpu-b"))
+		ws := e.rec.Await(t, "gpu-b:8000@10.0.0.2:8000 gpu-b:8001@10.0.0.2:8001")
 		if ws[0].MaxRunningRequests != 7 || ws[1].MaxRunningRequests != 7 {
 			t.Errorf("annotations not applied to every port: %+v", ws)
 		}
 
 		// The selector moves to the web pod.
-		moved := inferencePool("pool", 8000)
+		moved := kubefixture.InferencePool("pool", 8000)
 		moved.Object["spec"].(map[string]any)["selector"] = map[string]any{"matchLabels": map[string]any{"app": "web"}}
 		e.putPool(moved)
-		e.rec.await(t, "llm/web@10.0.0.9:8000")
+		e.rec.Await(t, "llm/web@10.0.0.9:8000")
 
 		// An unusable spec keeps the current set.
-		broken := inferencePool("pool")
+		broken := kubefixture.InferencePool("pool")
 		e.putPool(broken)
-		settle()
+		kubefixture.Settle()
 		if !strings.Contains(e.logs.String(), "spec.targetPorts is empty") {
 			t.Fatalf("broken pool not reported:\n%s", e.logs)
 		}
-		if ws, _ := e.rec.last(); summary(ws) != "llm/web@10.0.0.9:8000" {
-			t.Errorf("a broken pool changed the set to %q", summary(ws))
+		if ws, _ := e.rec.Last(); kubefixture.Summary(ws) != "llm/web@10.0.0.9:8000" {
+			t.Errorf("a broken pool changed the set to %q", kubefixture.Summary(ws))
 		}
 
 		// The pool is deleted: no workers.
 		if err := e.dyn.Resource(InferencePoolGVR).Namespace(ns).Delete(context.Background(), "pool", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		e.rec.await(t, "")
+		e.rec.Await(t, "")
 	})
 }
 
 func TestPoolSource_WarnsOnFailOpen(t *testing.T) {
-	p := inferencePool("pool", 8000)
+	p := kubefixture.InferencePool("pool", 8000)
 	p.Object["spec"].(map[string]any)["endpointPickerRef"].(map[string]any)["failureMode"] = "FailOpen"
-	e := startPoolSource(t, []runtime.Object{p}, pod("a", "10.0.0.1"))
-	e.rec.await(t, "llm/a@10.0.0.1:8000")
+	e := startPoolSource(t, []runtime.Object{p}, kubefixture.Pod("a", "10.0.0.1"))
+	e.rec.Await(t, "llm/a@10.0.0.1:8000")
 	if !strings.Contains(e.logs.String(), "routes around admission") {
 		t.Errorf("FailOpen not warned about:\n%s", e.logs)
 	}
 }
 
 func TestNewPoolSource_ReportsEveryProblem(t *testing.T) {
-	_, err := NewPoolSource(SourceConfig{Client: fake.NewClientset(), Namespace: ns, Apply: newRecorder(nil).apply}, nil, "Bad_Name")
+	_, err := NewPoolSource(SourceConfig{Client: fake.NewClientset(), Namespace: ns, Apply: kubefixture.NewRecorder(nil).Apply}, nil, "Bad_Name")
 	if err == nil || !strings.Contains(err.Error(), "dynamic client") || !strings.Contains(err.Error(), "inference pool name") {
 		t.Errorf("error %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/tollgate/tollgate/extproc/intake"
+	"github.com/tollgate/tollgate/test/kubefixture"
 )
 
 // rule is one spec.rules entry: the exact model names it matches (none:
@@ -145,11 +146,6 @@ func rulesText(r intake.ModelRewriteRules) []string {
 	return out
 }
 
-func runRewriteSource(t *testing.T, src *RewriteSource) (stop func()) {
-	t.Helper()
-	return runRun(t, src.Run)
-}
-
 // The rules follow the objects through create, update and delete, with the
 // API's precedence (GIE pkg/epp/datastore/modelrewritestore.go at
 // 1748e829): exact before a rule without matches, the oldest object first,
@@ -160,7 +156,7 @@ func TestRewriteSource_FollowsObjects(t *testing.T) {
 	xgroup.Object["spec"].(map[string]any)["poolRef"].(map[string]any)["group"] = "inference.networking.x-k8s.io"
 	leaving := inferenceModelRewrite("leaving", "pool", 0, rule{[]string{"leaving"}, []string{"x"}})
 	leaving.SetDeletionTimestamp(&now)
-	dyn := newPoolDynamic(
+	dyn := kubefixture.NewDynamic(
 		inferenceModelRewrite("canary", "pool", 10,
 			rule{[]string{"chat", "chat-latest"}, []string{"chat-v2*90", "chat-v1*10"}},
 			rule{[]string{"chat"}, []string{"never"}}, // the object's first rule wins
@@ -173,14 +169,14 @@ func TestRewriteSource_FollowsObjects(t *testing.T) {
 		inferenceModelRewrite("elsewhere", "other-pool", 0, rule{[]string{"chat"}, []string{"x"}}),
 		xgroup, leaving,
 	)
-	rec, logs := newRewriteRecorder(t, map[string][]intake.RewriteTarget{"pinned": {{Model: "from-flag", Weight: 1}}}), &logBuffer{}
+	rec, logs := newRewriteRecorder(t, map[string][]intake.RewriteTarget{"pinned": {{Model: "from-flag", Weight: 1}}}), &kubefixture.LogBuffer{}
 	src, err := NewRewriteSource(RewriteConfig{
-		Namespace: ns, Pool: "pool", Apply: rec.apply, Logger: logs.logger(), Debounce: 10 * time.Millisecond,
+		Namespace: ns, Pool: "pool", Apply: rec.apply, Logger: logs.Logger(), Debounce: 10 * time.Millisecond,
 	}, dyn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := runRewriteSource(t, src)
+	stop := kubefixture.Run(t, src.Run)
 
 	// Unset weights split evenly; a target without a weight next to
 	// weighted ones gets nothing, as in the peer's picker. The source
@@ -199,7 +195,7 @@ func TestRewriteSource_FollowsObjects(t *testing.T) {
 		`InferenceModelRewrite llm/mixed" problem="rule 0: 1 targets without a weight next to weighted ones receive no requests`,
 		`InferenceModelRewrite llm/empty" problem="rule 0 ignored: no targets"`,
 	} {
-		logs.await(t, want)
+		logs.Await(t, want)
 	}
 	if strings.Contains(logs.String(), "elsewhere") || strings.Contains(logs.String(), "leaving") {
 		t.Errorf("another pool's or a deleted object was logged:\n%s", logs)
@@ -231,7 +227,7 @@ func TestRewriteSource_FollowsObjects(t *testing.T) {
 	}
 	rec.await(t, "chat=chat-v2*1,chat-v1*1", "alias=llama*1")
 	stop() // the update is logged after it is applied
-	if n := logs.count("model rewrites updated"); n < 3 {
+	if n := logs.Count("model rewrites updated"); n < 3 {
 		t.Errorf("%d updates logged, want at least 3:\n%s", n, logs)
 	}
 }
@@ -265,14 +261,14 @@ func TestRewriteSource_BoundsTheNames(t *testing.T) {
 			for _, f := range tt.flags {
 				flags[f] = []intake.RewriteTarget{{Model: "x", Weight: 1}}
 			}
-			rec, logs := newRewriteRecorder(t, flags), &logBuffer{}
+			rec, logs := newRewriteRecorder(t, flags), &kubefixture.LogBuffer{}
 			src, err := NewRewriteSource(RewriteConfig{
-				Namespace: ns, Pool: "pool", Apply: rec.apply, Logger: logs.logger(), Debounce: 10 * time.Millisecond,
-			}, newPoolDynamic(inferenceModelRewrite("many", "pool", 0, rule{names, []string{"t"}})))
+				Namespace: ns, Pool: "pool", Apply: rec.apply, Logger: logs.Logger(), Debounce: 10 * time.Millisecond,
+			}, kubefixture.NewDynamic(inferenceModelRewrite("many", "pool", 0, rule{names, []string{"t"}})))
 			if err != nil {
 				t.Fatal(err)
 			}
-			stop := runRewriteSource(t, src)
+			stop := kubefixture.Run(t, src.Run)
 			var want []string
 			for _, n := range names[:min(len(names), intake.MaxModelRewrites)] { // what the source holds
 				want = append(want, n+"=t*1")
@@ -282,7 +278,7 @@ func TestRewriteSource_BoundsTheNames(t *testing.T) {
 			if fromFlags, objects, _ := rec.table.Counts(); fromFlags != len(tt.flags) || objects != tt.held {
 				t.Errorf("in force: %d names from the flags and %d from objects, want %d and %d", fromFlags, objects, len(tt.flags), tt.held)
 			}
-			if n := logs.count(tt.note); n != 1 {
+			if n := logs.Count(tt.note); n != 1 {
 				t.Errorf("the bound is logged %d times, want once (%q):\n%s", n, tt.note, logs)
 			}
 		})
@@ -294,7 +290,7 @@ func TestRewriteSource_BoundsTheNames(t *testing.T) {
 // once the API appears its objects are read.
 func TestRewriteSource_MissingAPI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		dyn := newPoolDynamic(inferenceModelRewrite("alias", "pool", 0, rule{[]string{"alias"}, []string{"llama"}}))
+		dyn := kubefixture.NewDynamic(inferenceModelRewrite("alias", "pool", 0, rule{[]string{"alias"}, []string{"llama"}}))
 		var installed atomic.Bool
 		var lists atomic.Int32
 		dyn.PrependReactor("list", "inferencemodelrewrites", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -304,15 +300,15 @@ func TestRewriteSource_MissingAPI(t *testing.T) {
 			lists.Add(1)
 			return true, nil, apierrors.NewNotFound(InferenceModelRewriteGVR.GroupResource(), "")
 		})
-		logs, rec := &logBuffer{}, newRewriteRecorder(t, nil)
+		logs, rec := &kubefixture.LogBuffer{}, newRewriteRecorder(t, nil)
 		src, err := NewRewriteSource(RewriteConfig{Namespace: ns, Pool: "pool", Apply: rec.apply,
-			Logger: logs.logger(), Debounce: 10 * time.Millisecond}, dyn)
+			Logger: logs.Logger(), Debounce: 10 * time.Millisecond}, dyn)
 		if err != nil {
 			t.Fatal(err)
 		}
-		runRewriteSource(t, src)
-		eventually(t, 10*time.Second, "a retried list", func() bool { return lists.Load() >= 2 })
-		if n := logs.count("the InferenceModelRewrite API is not installed"); n != 1 {
+		kubefixture.Run(t, src.Run)
+		kubefixture.Eventually(t, 10*time.Second, "a retried list", func() bool { return lists.Load() >= 2 })
+		if n := logs.Count("the InferenceModelRewrite API is not installed"); n != 1 {
 			t.Errorf("missing API logged %d times after %d lists, want once:\n%s", n, lists.Load(), logs)
 		}
 		if _, calls := rec.lastAnswer(); calls != 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/test/kubefixture"
 )
 
 // fakeBuild returns the snapshot set last and counts builds.
@@ -43,8 +44,8 @@ func (f *fakeBuild) count() int {
 func TestSyncer_DebouncesBursts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fb := &fakeBuild{cur: snapshot{workers: []fleet.Worker{{ID: "a", Address: "10.0.0.1:80"}}}}
-		rec := newRecorder(nil)
-		s := &syncer{build: fb.build, apply: rec.apply, log: slog.New(slog.DiscardHandler), debounce: 200 * time.Millisecond}
+		rec := kubefixture.NewRecorder(nil)
+		s := &syncer{build: fb.build, apply: rec.Apply, log: slog.New(slog.DiscardHandler), debounce: 200 * time.Millisecond}
 		kick := make(chan struct{}, 1)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
@@ -57,8 +58,8 @@ func TestSyncer_DebouncesBursts(t *testing.T) {
 		}
 
 		synctest.Wait()
-		if fb.count() != 1 || rec.calls() != 1 {
-			t.Fatalf("initial sync: %d builds, %d applies; want 1, 1", fb.count(), rec.calls())
+		if fb.count() != 1 || rec.Calls() != 1 {
+			t.Fatalf("initial sync: %d builds, %d applies; want 1, 1", fb.count(), rec.Calls())
 		}
 
 		// A burst of 30 changes over 150 ms is one rebuild, 200 ms after
@@ -74,16 +75,16 @@ func TestSyncer_DebouncesBursts(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 		synctest.Wait()
-		if fb.count() != 2 || rec.calls() != 2 {
-			t.Fatalf("after the burst: %d builds, %d applies; want 2, 2", fb.count(), rec.calls())
+		if fb.count() != 2 || rec.Calls() != 2 {
+			t.Fatalf("after the burst: %d builds, %d applies; want 2, 2", fb.count(), rec.Calls())
 		}
 
 		// A change that leaves the set alone rebuilds but does not apply.
 		poke()
 		time.Sleep(250 * time.Millisecond)
 		synctest.Wait()
-		if fb.count() != 3 || rec.calls() != 2 {
-			t.Fatalf("unchanged set: %d builds, %d applies; want 3, 2", fb.count(), rec.calls())
+		if fb.count() != 3 || rec.Calls() != 2 {
+			t.Fatalf("unchanged set: %d builds, %d applies; want 3, 2", fb.count(), rec.Calls())
 		}
 		cancel()
 		<-done
@@ -91,12 +92,12 @@ func TestSyncer_DebouncesBursts(t *testing.T) {
 }
 
 func TestSyncer_KeepsTheSetOnErrors(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &kubefixture.LogBuffer{}
 	fb := &fakeBuild{}
 	failing := errors.New("extproc: worker \"x\": duplicate id")
 	var applyErr error
 	var applied [][]fleet.Worker
-	s := &syncer{build: fb.build, log: logs.logger(), apply: func(ws []fleet.Worker) error {
+	s := &syncer{build: fb.build, log: logs.Logger(), apply: func(ws []fleet.Worker) error {
 		if applyErr != nil {
 			return applyErr
 		}
@@ -121,13 +122,13 @@ func TestSyncer_KeepsTheSetOnErrors(t *testing.T) {
 	if diff := cmp.Diff([][]fleet.Worker{one, two}, applied); diff != "" {
 		t.Errorf("applied (-want +got):\n%s", diff)
 	}
-	if n := logs.count("worker set rejected"); n != 1 {
+	if n := logs.Count("worker set rejected"); n != 1 {
 		t.Errorf("rejection logged %d times, want 1:\n%s", n, logs)
 	}
-	if n := logs.count("worker set unknown"); n != 1 {
+	if n := logs.Count("worker set unknown"); n != 1 {
 		t.Errorf("build error logged %d times, want 1:\n%s", n, logs)
 	}
-	if n := logs.count("worker set updated"); n != 2 {
+	if n := logs.Count("worker set updated"); n != 2 {
 		t.Errorf("updates logged %d times, want 2:\n%s", n, logs)
 	}
 }

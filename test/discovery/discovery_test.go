@@ -1,199 +1,45 @@
-package kube
+package discovery
 
 import (
 	"context"
-	"net"
-	"net/http"
-	"net/netip"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/discovery/kube"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/policy"
 	"github.com/tollgate/tollgate/test/envoysim"
-	"github.com/tollgate/tollgate/test/memnet"
-	"github.com/tollgate/tollgate/test/mockworker"
+	"github.com/tollgate/tollgate/test/kubefixture"
 )
-
-// mem is the in-memory network of the end-to-end tests: each runs in a
-// testing/synctest bubble, on fake time, and reaches its workers at
-// workerIP.
-var mem memnet.Network
-
-const workerIP = memnet.Host
-
-// stack is a real ext_proc server behind a simulated Envoy, with mock
-// workers whose requests carrying x-hold park on a shared gate.
-type stack struct {
-	t    *testing.T
-	srv  *extproc.Server
-	sim  *envoysim.Sim
-	gate *mockworker.Gate
-}
-
-// priorityConfig is SMG admission without reservations or preemption, so
-// a worker's slots are exactly what it may run.
-func priorityConfig() sched.PriorityConfig {
-	c := sched.PriorityConfig{Enabled: true}
-	for p := range sched.Priority(sched.NumPriorities) {
-		c.Classes[p] = sched.ClassConfig{QueueSize: 8, QueueTimeout: 30 * time.Second, StarvationThreshold: time.Minute}
-	}
-	return c
-}
-
-func startStack(t *testing.T) *stack {
-	t.Helper()
-	return startStackWith(t, extproc.Config{Sched: sched.Config{Priority: priorityConfig()}})
-}
-
-func startStackWith(t *testing.T, cfg extproc.Config) *stack {
-	t.Helper()
-	srv, err := extproc.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, addr := mem.Listen()
-	g := grpc.NewServer()
-	srv.Register(g)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = srv.Run(ctx) })
-	wg.Go(func() { _ = g.Serve(lis) })
-	sim, err := envoysim.New(envoysim.Config{
-		ExtProcAddr: "passthrough:///" + addr,
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return mem.Dial(ctx, "tcp", addr)
-		})},
-		UpstreamDialer: mem.Dial,
-		Mode: &extprocfilterv3.ProcessingMode{
-			RequestHeaderMode:  extprocfilterv3.ProcessingMode_SEND,
-			RequestBodyMode:    extprocfilterv3.ProcessingMode_BUFFERED,
-			ResponseHeaderMode: extprocfilterv3.ProcessingMode_SEND,
-			ResponseBodyMode:   extprocfilterv3.ProcessingMode_STREAMED,
-		},
-		MessageTimeout:    extproc.DefaultEnvoyMessageTimeout,
-		MaxMessageTimeout: extproc.DefaultEnvoyMaxMessageTimeout,
-		Route:             envoysim.Route{MetadataKey: "x-gateway-destination-endpoint"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = sim.Close()
-		g.Stop()
-		cancel()
-		wg.Wait()
-		srv.Wait()
-	})
-	return &stack{t: t, srv: srv, sim: sim, gate: mockworker.NewGate()}
-}
-
-// worker starts a mock worker whose x-hold requests park on s.gate and
-// returns its port.
-func (s *stack) worker(id string) int32 { return startWorker(s.t, s.gate, id) }
-
-func startWorker(t *testing.T, gate *mockworker.Gate, id string) int32 {
-	t.Helper()
-	w, err := mockworker.New(mockworker.Config{ID: id, Speed: 50, Hold: func(ctx context.Context, req mockworker.RequestInfo) error {
-		if req.Header.Get("X-Hold") != "" {
-			return gate.Wait(ctx, req)
-		}
-		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
-			t.Errorf("mockworker: %v", err)
-		}
-	})
-	l, addr := mem.Listen()
-	if err := w.Serve(l, addr); err != nil {
-		t.Fatal(err)
-	}
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int32(ap.Port())
-}
-
-// do sends one chat completion; kv are extra headers.
-func (s *stack) do(kv ...string) *envoysim.Response {
-	s.t.Helper()
-	h := http.Header{"Content-Type": {"application/json"}}
-	for i := 0; i+1 < len(kv); i += 2 {
-		h.Set(kv[i], kv[i+1])
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	resp, err := s.sim.Do(ctx, envoysim.Request{Method: "POST", Path: "/v1/chat/completions", Header: h,
-		Body: []byte(`{"model":"mock-model","messages":[{"role":"user","content":"hello there"}],"stream":true,"max_tokens":4}`)})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return resp
-}
-
-// awaitStats returns the scheduler's state once every goroutine in the
-// test's bubble waits; cond must accept it.
-func (s *stack) awaitStats(what string, cond func(sched.Stats) bool) sched.Stats {
-	s.t.Helper()
-	synctest.Wait()
-	st, ok := s.srv.Stats(context.Background())
-	if !ok || !cond(st) {
-		s.t.Fatalf("%s: not so once every goroutine waits; stats %+v", what, st.Ranks)
-	}
-	return st
-}
-
-func queued(st sched.Stats) uint32 {
-	var n uint32
-	for _, d := range st.QueueDepth {
-		n += d
-	}
-	return n
-}
-
-func rankOf(st sched.Stats, worker string) (sched.RankStats, bool) {
-	for _, r := range st.Ranks {
-		if r.Worker == worker {
-			return r, true
-		}
-	}
-	return sched.RankStats{}, false
-}
 
 func TestEndToEnd_RoutingFollowsEndpointSlices(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := startStack(t)
 		port0, port1 := s.worker("w0"), s.worker("w1")
 		addr0, addr1 := workerIP+":"+itoa32(port0), workerIP+":"+itoa32(port1)
-		tr, f := ptr(true), ptr(false)
-		slot := []string{AnnotationMaxRunningRequests, "1"}
-		client := fake.NewClientset(pod("p0", workerIP, slot...), pod("p1", workerIP, slot...),
-			slice("vllm-0", "vllm", port0, ep{pod: "p0", ip: workerIP, ready: tr}),
-			slice("vllm-1", "vllm", port1, ep{pod: "p1", ip: workerIP, ready: tr}))
-		rec := newRecorder(s.srv.SetWorkers)
-		src, err := NewEndpointSliceSource(SourceConfig{Client: client, Namespace: ns, Apply: rec.apply, Debounce: 10 * time.Millisecond},
-			SliceSelection{Service: "vllm", Port: "http"})
+		tr, f := new(true), new(false)
+		slot := []string{kube.AnnotationMaxRunningRequests, "1"}
+		client := fake.NewClientset(kubefixture.Pod("p0", workerIP, slot...), kubefixture.Pod("p1", workerIP, slot...),
+			kubefixture.Slice("vllm-0", "vllm", port0, kubefixture.Endpoint{Pod: "p0", IP: workerIP, Ready: tr}),
+			kubefixture.Slice("vllm-1", "vllm", port1, kubefixture.Endpoint{Pod: "p1", IP: workerIP, Ready: tr}))
+		rec := kubefixture.NewRecorder(s.srv.SetWorkers)
+		src, err := kube.NewEndpointSliceSource(kube.SourceConfig{Client: client, Namespace: ns, Apply: rec.Apply, Debounce: 10 * time.Millisecond},
+			kube.SliceSelection{Service: "vllm", Port: "http"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		runWorkerSource(t, src)
-		rec.await(t, "llm/p0@"+addr0+" llm/p1@"+addr1)
+		kubefixture.Run(t, src.Run)
+		rec.Await(t, "llm/p0@"+addr0+" llm/p1@"+addr1)
 		if !s.srv.Ready() {
 			t.Fatal("server not ready with two workers")
 		}
@@ -237,11 +83,11 @@ func TestEndToEnd_RoutingFollowsEndpointSlices(t *testing.T) {
 
 		// p1 starts terminating: it leaves the set, its queued pinned request
 		// is answered 503, and its in-flight request carries on.
-		s1 := slice("vllm-1", "vllm", port1, ep{pod: "p1", ip: workerIP, ready: f, terminating: tr})
+		s1 := kubefixture.Slice("vllm-1", "vllm", port1, kubefixture.Endpoint{Pod: "p1", IP: workerIP, Ready: f, Terminating: tr})
 		if _, err := client.DiscoveryV1().EndpointSlices(ns).Update(context.Background(), s1, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		rec.await(t, "llm/p0@"+addr0)
+		rec.Await(t, "llm/p0@"+addr0)
 		r := <-results
 		if r.name != "queued" || r.resp.Status != 503 {
 			t.Fatalf("%s answered %d %s, want the queued pinned request answered 503", r.name, r.resp.Status, r.resp.Body)
@@ -282,11 +128,11 @@ func TestEndToEnd_RoutingFollowsEndpointSlices(t *testing.T) {
 		}
 
 		// p1 comes back.
-		s1 = slice("vllm-1", "vllm", port1, ep{pod: "p1", ip: workerIP, ready: tr})
+		s1 = kubefixture.Slice("vllm-1", "vllm", port1, kubefixture.Endpoint{Pod: "p1", IP: workerIP, Ready: tr})
 		if _, err := client.DiscoveryV1().EndpointSlices(ns).Update(context.Background(), s1, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		rec.await(t, "llm/p0@"+addr0+" llm/p1@"+addr1)
+		rec.Await(t, "llm/p0@"+addr0+" llm/p1@"+addr1)
 		if r := s.do("X-Dynamo-Worker-Instance-Id", "llm/p1"); r.Status != 200 || r.Endpoint != addr1 {
 			t.Errorf("pinned to the returned worker: %d at %s, want 200 at %s", r.Status, r.Endpoint, addr1)
 		}
@@ -306,14 +152,14 @@ func TestEndToEnd_InferencePool(t *testing.T) {
 		s := startStack(t)
 		port0, port1 := s.worker("w0"), s.worker("w1")
 		addr0, addr1 := workerIP+":"+itoa32(port0), workerIP+":"+itoa32(port1)
-		client := fake.NewClientset(pod("vllm-0", workerIP))
-		dyn := newDynamic(inferencePool("pool", int64(port0), int64(port1)))
-		src, err := NewPoolSource(SourceConfig{Client: client, Namespace: ns, Apply: s.srv.SetWorkers, Debounce: 10 * time.Millisecond}, dyn, "pool")
+		client := fake.NewClientset(kubefixture.Pod("vllm-0", workerIP))
+		dyn := kubefixture.NewDynamic(kubefixture.InferencePool("pool", int64(port0), int64(port1)))
+		src, err := kube.NewPoolSource(kube.SourceConfig{Client: client, Namespace: ns, Apply: s.srv.SetWorkers, Debounce: 10 * time.Millisecond}, dyn, "pool")
 		if err != nil {
 			t.Fatal(err)
 		}
-		runWorkerSource(t, src)
-		settle()
+		kubefixture.Run(t, src.Run)
+		kubefixture.Settle()
 		if !s.srv.Ready() {
 			t.Fatal("server not ready")
 		}
@@ -335,12 +181,12 @@ func TestEndToEnd_InferencePool(t *testing.T) {
 		}
 
 		// The pod stops being ready: no worker is left, and requests get 503.
-		nr := pod("vllm-0", workerIP)
+		nr := kubefixture.Pod("vllm-0", workerIP)
 		nr.Status.Conditions[0].Status = corev1.ConditionFalse
 		if _, err := client.CoreV1().Pods(ns).Update(context.Background(), nr, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		settle()
+		kubefixture.Settle()
 		if s.srv.Ready() {
 			t.Fatal("server still ready without workers")
 		}
@@ -350,8 +196,6 @@ func TestEndToEnd_InferencePool(t *testing.T) {
 	})
 }
 
-func itoa32(n int32) string { return strconv.Itoa(int(n)) }
-
 func TestEndToEnd_LeaderFailover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, b := startStack(t), startStack(t)
@@ -359,21 +203,21 @@ func TestEndToEnd_LeaderFailover(t *testing.T) {
 		port := a.worker("w0")
 		addr := workerIP + ":" + itoa32(port)
 		var partitioned atomic.Bool // a's writes to the Lease fail while set
-		client := leaseClient(&partitioned)
-		for _, o := range []runtime.Object{pod("p0", workerIP, AnnotationMaxRunningRequests, "1"),
-			slice("vllm-0", "vllm", port, ep{pod: "p0", ip: workerIP, ready: ptr(true)})} {
+		client := kubefixture.LeaseClient(&partitioned)
+		for _, o := range []runtime.Object{kubefixture.Pod("p0", workerIP, kube.AnnotationMaxRunningRequests, "1"),
+			kubefixture.Slice("vllm-0", "vllm", port, kubefixture.Endpoint{Pod: "p0", IP: workerIP, Ready: new(true)})} {
 			if err := client.Tracker().Add(o); err != nil {
 				t.Fatal(err)
 			}
 		}
 		run := func(s *stack, id string) {
-			src, err := NewEndpointSliceSource(SourceConfig{Client: client, Namespace: ns, Apply: s.srv.SetWorkers, Debounce: 10 * time.Millisecond},
-				SliceSelection{Service: "vllm"})
+			src, err := kube.NewEndpointSliceSource(kube.SourceConfig{Client: client, Namespace: ns, Apply: s.srv.SetWorkers, Debounce: 10 * time.Millisecond},
+				kube.SliceSelection{Service: "vllm"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			runWorkerSource(t, src)
-			el, err := NewElector(LeaderConfig{Client: client, Namespace: ns, Name: "tollgate", Identity: id, Activator: s.srv,
+			kubefixture.Run(t, src.Run)
+			el, err := kube.NewElector(kube.LeaderConfig{Client: client, Namespace: ns, Name: "tollgate", Identity: id, Activator: s.srv,
 				LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
@@ -384,11 +228,11 @@ func TestEndToEnd_LeaderFailover(t *testing.T) {
 			t.Cleanup(func() { cancel(); <-done })
 		}
 		run(a, "a")
-		eventually(t, 3*time.Second, "a leads and is ready", a.srv.Ready)
+		kubefixture.Eventually(t, 3*time.Second, "a leads and is ready", a.srv.Ready)
 		run(b, "b")
 
 		// The standby keeps a warm worker view but is not ready and sheds.
-		settle()
+		kubefixture.Settle()
 		b.awaitStats("standby knows the worker", func(st sched.Stats) bool { return st.Capacity == 1 })
 		time.Sleep(200 * time.Millisecond)
 		if b.srv.Ready() {
@@ -420,7 +264,7 @@ func TestEndToEnd_LeaderFailover(t *testing.T) {
 		if a.srv.Ready() {
 			t.Error("the old leader still reports ready")
 		}
-		eventually(t, 3*time.Second, "b takes over", b.srv.Ready)
+		kubefixture.Eventually(t, 3*time.Second, "b takes over", b.srv.Ready)
 		if a.srv.Ready() {
 			t.Error("both replicas ready")
 		}
@@ -435,6 +279,87 @@ func TestEndToEnd_LeaderFailover(t *testing.T) {
 		}
 		if r := a.do(); r.Status != 503 {
 			t.Errorf("old leader answered %d after failover, want 503", r.Status)
+		}
+	})
+}
+
+// End to end: InferenceObjectives of the pool set the class of requests
+// that name them in the objective header, the flags win, the tenant clamp
+// still applies, and a changed priority takes effect without a restart.
+func TestEndToEnd_ObjectiveClasses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tenants, err := policy.NewTenants(policy.TenantOptions{TrustHeader: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := policy.DefaultPriorityFile()
+		file.Tenants["header:red"] = sched.PriorityDefault // red may ask for default at most
+		explicit := policy.Objectives{"pinned": sched.PrioritySystem}
+		s := startStackWith(t, extproc.Config{
+			Sched:      sched.Config{Priority: priorityConfig()},
+			Tenancy:    &intake.Tenancy{Tenants: tenants, PriorityFile: file, DefaultMaxClass: "system"},
+			Objectives: explicit,
+		})
+		port := s.worker("w0")
+		client := fake.NewClientset(kubefixture.Pod("vllm-0", workerIP, kube.AnnotationMaxRunningRequests, "1"))
+		dyn := kubefixture.NewDynamic(kubefixture.InferencePool("pool", int64(port)),
+			kubefixture.InferenceObjective("chat", "pool", new(int64(7))),
+			kubefixture.InferenceObjective("batch", "pool", new(int64(-2))),
+			kubefixture.InferenceObjective("pinned", "pool", new(int64(-5))))
+		workers, err := kube.NewPoolSource(kube.SourceConfig{Client: client, Namespace: ns, Apply: s.srv.SetWorkers, Debounce: 10 * time.Millisecond}, dyn, "pool")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, logs := kubefixture.PassObjectiveRecorder(s.srv.SetObjectives), &kubefixture.LogBuffer{}
+		objectives, err := kube.NewObjectiveSource(kube.ObjectiveConfig{Namespace: ns, Pool: "pool", Debounce: 10 * time.Millisecond,
+			Apply: rec.Apply, Logger: logs.Logger()}, dyn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubefixture.Run(t, workers.Run)
+		kubefixture.Run(t, objectives.Run)
+		kubefixture.Eventually(t, 5*time.Second, "the server ready", s.srv.Ready)
+		rec.AwaitFound(t, policy.Objectives{"chat": sched.PriorityInteractive, "batch": sched.PriorityBulk, "pinned": sched.PriorityBulk})
+		// The server's answer: the flag shadows pinned.
+		kubefixture.Eventually(t, 5*time.Second, "the shadowed object logged", func() bool {
+			return logs.Count(`subject="InferenceObjective llm/pinned" problem="spec.priority -5 (class bulk) ignored: --objective-class maps pinned to system"`) == 1
+		})
+
+		// Hold the only slot; each request after it queues in its class.
+		results := make(chan int, 8)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer s.gate.Open()
+		wg.Go(func() { results <- s.do("X-Hold", "1").Status })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.gate.WaitParked(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		queuedIn := func(what string, want sched.Priority, headers ...string) {
+			t.Helper()
+			before, _ := s.srv.Stats(context.Background())
+			wg.Go(func() { results <- s.do(headers...).Status })
+			s.awaitStats(what, func(st sched.Stats) bool { return st.QueueDepth[want] == before.QueueDepth[want]+1 })
+		}
+		queuedIn("chat → interactive", sched.PriorityInteractive, "x-smg-tenant-id", "blue", "x-llm-d-inference-objective", "chat")
+		queuedIn("batch → bulk", sched.PriorityBulk, "x-smg-tenant-id", "blue", "x-gateway-inference-objective", "batch")
+		queuedIn("the flag wins: pinned → system", sched.PrioritySystem, "x-smg-tenant-id", "blue", "x-llm-d-inference-objective", "pinned")
+		queuedIn("red is clamped: chat → default", sched.PriorityDefault, "x-smg-tenant-id", "red", "x-llm-d-inference-objective", "chat")
+
+		// chat's priority drops below zero: new requests naming it are bulk.
+		if _, err := dyn.Resource(kube.InferenceObjectiveGVR).Namespace(ns).Update(context.Background(),
+			kubefixture.InferenceObjective("chat", "pool", new(int64(-1))), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rec.AwaitFound(t, policy.Objectives{"chat": sched.PriorityBulk, "batch": sched.PriorityBulk, "pinned": sched.PriorityBulk})
+		queuedIn("chat → bulk after the update", sched.PriorityBulk, "x-smg-tenant-id", "blue", "x-llm-d-inference-objective", "chat")
+
+		s.gate.Open()
+		for range 6 {
+			if st := <-results; st != 200 {
+				t.Errorf("status %d, want 200", st)
+			}
 		}
 	})
 }
