@@ -74,9 +74,9 @@ type Config struct {
 const DefaultPrefixBytesPerToken = 4
 
 // Planner turns what a stream read into a scheduler request. It runs in
-// the stream goroutines, in parallel: header parsing, JSON, tokenizing,
-// hashing and the prefix lookup all happen here, never in the dispatcher.
-// It is safe for concurrent use.
+// the stream goroutines, in parallel: the identity, JSON, tokenizing,
+// hashing and the cache view's lookup all happen here, never in the
+// dispatcher. It is safe for concurrent use.
 type Planner struct {
 	tenants       *policy.Tenants
 	tenantHeader  string
@@ -170,7 +170,6 @@ func New(cfg Config) (*Planner, error) {
 			Help: "Requests whose non-empty x-smg-priority value was not a known class.",
 		}, []string{"tenant"}),
 	}
-	cfg.Registry.MustRegister(p.clamp, p.unknownPrio, p.costError, p.cachedError, newObjectiveCollector(objectives), newRewriteCollector(rewrites))
 	if p.tenants == nil {
 		t, err := policy.NewTenants(policy.TenantOptions{})
 		if err != nil {
@@ -184,6 +183,7 @@ func New(cfg Config) (*Planner, error) {
 		return nil, err
 	}
 	p.defaultMax = dm
+	cfg.Registry.MustRegister(p.clamp, p.unknownPrio, p.costError, p.cachedError, newObjectiveCollector(objectives), newRewriteCollector(rewrites))
 	return p, nil
 }
 
@@ -196,9 +196,6 @@ func (p *Planner) Objectives() *ObjectiveTable { return p.objectives }
 
 // Rewrites is the model rewrite table in force.
 func (p *Planner) Rewrites() *RewriteTable { return p.rewrites }
-
-// Cache is the cache view the planner prices with.
-func (p *Planner) Cache() *CacheView { return p.cache }
 
 // errorRatioBuckets are the buckets of the estimate error ratios.
 var errorRatioBuckets = []float64{-1, -0.5, -0.25, -0.1, -0.05, -0.01, 0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2}
