@@ -220,7 +220,7 @@ func (r *rejection) body() []byte {
 	case shapeSMG:
 		fallthrough
 	default:
-		e := smgError{Type: errorType(r.httpStatus()), Code: row.code, Message: r.text()}
+		e := smgError{Type: openai.ErrorType(r.httpStatus()), Code: row.code, Message: r.text()}
 		if r.reason == reasonNoEndpoints {
 			e.Model = &r.model
 		}
@@ -238,28 +238,10 @@ func (r *rejection) body() []byte {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
-// errorType is the OpenAI error object's type for an HTTP status, in
-// OpenAI's snake_case. SMG's create_error writes the status's reason
-// phrase there ("Too Many Requests"); tollgate keeps SMG's code, message,
-// param and X-SMG-Error-Code header, which SMG's clients key on, and gives
-// OpenAI's clients the type they know.
-func errorType(status int) string {
-	switch status {
-	case http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case http.StatusUnauthorized:
-		return "authentication_error"
-	case http.StatusServiceUnavailable:
-		return "service_unavailable_error"
-	}
-	if status >= 500 {
-		return "server_error"
-	}
-	return "invalid_request_error"
-}
-
-// smgError is SMG's create_error object, with OpenAI's type (errorType).
-// Model is tollgate's addition for the no-endpoints answer.
+// smgError is SMG's create_error object, with OpenAI's type where SMG
+// writes the status's reason phrase ("Too Many Requests"): SMG's clients
+// key on the code and the X-SMG-Error-Code header, which stay SMG's. Model
+// is tollgate's addition for the no-endpoints answer.
 type smgError struct {
 	Type    string  `json:"type"`
 	Code    string  `json:"code"`

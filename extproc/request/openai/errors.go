@@ -33,6 +33,24 @@ const (
 // Error returns the message.
 func (e *Error) Error() string { return e.Message }
 
+// ErrorType is the error object's type for an HTTP status, in OpenAI's
+// snake_case: rate_limit_error (429), authentication_error (401),
+// service_unavailable_error (503), server_error (other 5xx), else
+// invalid_request_error.
+func ErrorType(status int) string {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusServiceUnavailable:
+		return "service_unavailable_error"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
 // JSON returns the OpenAI error body:
 // {"error":{"message":…,"type":…,"param":…,"code":…}}, with param and code
 // null when empty.
