@@ -21,18 +21,17 @@
 // goroutine (Server.Process). That goroutine does all per-request CPU work
 // in parallel with the others: header parsing, then the planner
 // (extproc/intake): tenant resolution, JSON parsing, tokenizing, prefix
-// hashing and the cache view's lookup. It
-// receives Envoy's messages itself: no goroutine per stream beyond gRPC's
-// own. While its request waits for the scheduler it receives nothing (Envoy
-// sends nothing while it waits for the reply) and waits on its notices, the
-// stream's context (Envoy resets the stream when the client leaves), the
-// dispatcher's end and, only when a deadline exists, one timer. A request
-// that can still be preempted (in flight, before its first token, its
-// dispatch marked Preemptible by the scheduler) starts a reader goroutine that turns
-// Recv into a channel, so that the preemption reaches it while it waits
-// for the response. The wait for a stream's first message is bounded by
-// cancelling the stream's own context (ServerOptions installs it), not by
-// a goroutine.
+// hashing and the cache view's lookup. It receives Envoy's messages
+// itself, and only ever receives: it waits in Recv for Envoy's next
+// message also while its request waits for the scheduler, so Envoy's own
+// local reply to a queued request (Envoy 1.37 and later) is answered at
+// once and frees the queue place. What arrives meanwhile from elsewhere
+// (the dispatcher's notices, the exchange's deadline, the dispatcher's
+// end) is handled by a short-lived goroutine under the stream's lock; one
+// that ends the exchange also ends the Recv, through the stream's
+// context. The wait for a stream's first message is bounded by cancelling
+// the stream's own context (ServerOptions installs it), not by a
+// goroutine.
 //
 // One dispatcher goroutine (Server.Run) owns the *sched.Scheduler, the
 // current worker set and the serving state (standby, draining, workers),

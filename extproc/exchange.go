@@ -268,8 +268,9 @@ func (x *exchange) deadline() (time.Time, bool) {
 func (x *exchange) waiting() bool { return x.stage == stageWaiting }
 
 // preemptible reports whether a preemption can still reach the request:
-// it is in flight, has no first token, and its class can be a victim. The
-// stream loop then also watches for notices while it receives.
+// it is in flight, has no first token, and the scheduler marked its
+// dispatch Preemptible. Its response headers are then held where Envoy
+// allows it, so that the preemption can still answer it.
 func (x *exchange) preemptible() bool {
 	return x.adm.inFlight() && !x.adm.firstToken && x.adm.decision.action.Preemptible
 }
