@@ -130,13 +130,11 @@ func newServer(cfg Config, ws *fleet.Set, sch scheduler, opts ...Option) (*Serve
 	s.shed, s.shedNow = context.WithCancel(context.Background())
 	s.metrics = newMetrics(cfg.TenantMetricTopN, s.Stats)
 	s.ends = newStreamEnds(s.metrics.reg, s.log, time.Now)
-	if s.kv != nil {
-		s.metrics.reg.MustRegister(s.kv.Collectors()...)
-	}
 	s.metrics.reg.MustRegister(newStateCollector(s))
 	s.metrics.reg.MustRegister(newBuildInfoGauge(cfg.Build))
 	var exact *kvevents.Index
 	if s.kv != nil {
+		s.metrics.reg.MustRegister(s.kv.Collectors()...)
 		exact = s.kv.Index()
 	}
 	s.cache = intake.NewCacheView(intake.CacheConfig{RouterTTL: cfg.RouterTTL, MaxEntries: cfg.PrefixMaxEntries, SpeculativeTTL: cfg.SpeculativeTTL, Exact: exact})
