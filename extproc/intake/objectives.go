@@ -3,7 +3,6 @@ package intake
 import (
 	"fmt"
 	"maps"
-	"slices"
 	"sync/atomic"
 
 	"github.com/tollgate/tollgate/sched"
@@ -41,29 +40,15 @@ func (t *ObjectiveTable) Current() policy.Objectives { return *t.cur.Load() }
 // Set merges found under the operator's mapping, checks the result and
 // swaps it in. On error the mapping in force stays.
 func (t *ObjectiveTable) Set(found policy.Objectives) (Merge, error) {
-	merged := make(policy.Objectives, len(found)+len(t.flags))
-	m := Merge{Shadowed: make(map[string]string)}
-	room := policy.MaxObjectives - len(t.flags)
-	for _, name := range slices.Sorted(maps.Keys(found)) {
-		if p, ok := t.flags[name]; ok {
-			if p != found[name] {
-				m.Shadowed[name] = fmt.Sprintf("--objective-class maps %s to %s", name, p)
-			}
-			continue
-		}
-		if room <= 0 {
-			m.Dropped = append(m.Dropped, name)
-			continue
-		}
-		room--
-		merged[name] = found[name]
-	}
-	maps.Copy(merged, t.flags)
+	all, m := mergeOver(t.flags, found, policy.MaxObjectives, func(a, b sched.Priority) bool { return a == b },
+		func(name string, p sched.Priority) string {
+			return fmt.Sprintf("--objective-class maps %s to %s", name, p)
+		})
+	merged := policy.Objectives(all)
 	if err := merged.Validate(); err != nil {
 		return Merge{}, fmt.Errorf("intake: objective classes: %w", err)
 	}
 	t.cur.Store(&merged)
-	m.Total, m.FromFlags = len(merged), len(t.flags)
 	return m, nil
 }
 

@@ -2,7 +2,6 @@ package intake
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"sync/atomic"
 
@@ -59,41 +58,13 @@ func NewRewriteTable(flags map[string][]RewriteTarget) (*RewriteTable, error) {
 	return t, nil
 }
 
-// Merge is the answer to a table found outside the flags.
-type Merge struct {
-	// Total is the number of names in force, and FromFlags how many of
-	// them come from the flags.
-	Total, FromFlags int
-	// Shadowed maps each found name whose value a flag overrides to what
-	// the flag says.
-	Shadowed map[string]string
-	// Dropped are the found names past the shared budget of names, in
-	// name order; the flags' names always fit.
-	Dropped []string
-}
-
 // Set merges found under the operator's rules, checks the result and
 // swaps it in. On error the table in force stays.
 func (t *RewriteTable) Set(found ModelRewriteRules) (Merge, error) {
-	next := &rewriteRules{exact: make(map[string][]RewriteTarget, len(t.flags)+len(found.Exact)), other: found.Other}
-	m := Merge{Shadowed: make(map[string]string)}
-	names := slices.Sorted(maps.Keys(found.Exact))
-	room := MaxModelRewrites - len(t.flags)
-	for _, name := range names {
-		if ts, ok := t.flags[name]; ok {
-			if !slices.Equal(ts, found.Exact[name]) {
-				m.Shadowed[name] = fmt.Sprintf("--model-rewrite rewrites %s to %s", name, describeTargets(ts))
-			}
-			continue
-		}
-		if room <= 0 {
-			m.Dropped = append(m.Dropped, name)
-			continue
-		}
-		room--
-		next.exact[name] = found.Exact[name]
-	}
-	maps.Copy(next.exact, t.flags)
+	exact, m := mergeOver(t.flags, found.Exact, MaxModelRewrites, slices.Equal, func(name string, ts []RewriteTarget) string {
+		return fmt.Sprintf("--model-rewrite rewrites %s to %s", name, describeTargets(ts))
+	})
+	next := &rewriteRules{exact: exact, other: found.Other}
 	if err := ValidRewrites(next.exact); err != nil {
 		return Merge{}, fmt.Errorf("intake: model rewrites: %w", err)
 	}
@@ -103,7 +74,6 @@ func (t *RewriteTable) Set(found ModelRewriteRules) (Merge, error) {
 		}
 	}
 	t.cur.Store(next)
-	m.Total, m.FromFlags = len(next.exact), len(t.flags)
 	return m, nil
 }
 
