@@ -31,7 +31,7 @@ func newExchangeDeps(cfg *Config, cache *intake.CacheView, m *metrics) (*exchang
 		Logger:              cfg.Logger,
 		Registry:            m.reg,
 		TenantLabel:         m.tenants.Label,
-		ModelLabel:          m.models.Label,
+		ModelLabel:          m.boundedModel,
 		Tenancy:             cfg.Tenancy,
 		Fairness:            cfg.Fairness,
 		Objectives:          cfg.Objectives,

@@ -414,11 +414,3 @@ func (x *exchange) close(_ time.Time, cause error) {
 
 // errClientGone marks the normal ends of a stream (half-close, reset).
 var errClientGone = errors.New("extproc: stream closed by envoy")
-
-// metricModel is the model label, "unknown" when the request named none.
-func metricModel(m string) string {
-	if m == "" {
-		return "unknown"
-	}
-	return m
-}

@@ -152,7 +152,14 @@ func (m *metrics) setNamedModels(policyModels []string, workers []sched.Worker) 
 
 // observeServed counts the uncached tokens of a dispatch a to its flow.
 func (m *metrics) observeServed(a *sched.Action, flow string) {
-	m.servedFlows.WithLabelValues(m.models.Label(metricModel(a.Model)), a.PolicyClass, m.flows.Label(flow)).Add(float64(a.Uncached))
+	m.servedFlows.WithLabelValues(m.boundedModel(a.Model), a.PolicyClass, m.flows.Label(flow)).Add(float64(a.Uncached))
+}
+
+// boundedModel is the model label of series a client's model name reaches
+// through the request path: the first names keep their own value, "other"
+// the rest.
+func (m *metrics) boundedModel(model string) string {
+	return m.models.Label(schedmetrics.ModelLabel(model))
 }
 
 // newBuildInfoGauge returns tollgate_build_info, a constant 1 whose labels

@@ -45,7 +45,8 @@ type Config struct {
 	// Registry takes the planner's metrics. Nil registers them nowhere.
 	Registry prometheus.Registerer
 	// TenantLabel and ModelLabel bound the tenant and model labels of the
-	// planner's metrics. Nil labels every value "other".
+	// planner's metrics (ModelLabel gets the request's model, "" when it
+	// named none). Nil labels every value "other".
 	TenantLabel, ModelLabel func(string) string
 	// Tenancy resolves tenants and clamps priorities. Nil means no tenant
 	// keys, no trusted tenant header and default-max-class "default".
@@ -83,7 +84,6 @@ type Planner struct {
 	file          *policy.PriorityFile
 	defaultMax    sched.Priority
 	fairness      policy.FairnessMode
-	tok           Tokenizer
 	prompts       *promptTokenizer
 	cache         *CacheView
 	blockSize     uint64
@@ -142,7 +142,6 @@ func New(cfg Config) (*Planner, error) {
 		tenants:       cfg.Tenancy.Tenants,
 		file:          cfg.Tenancy.PriorityFile,
 		fairness:      cfg.Fairness,
-		tok:           cfg.Tokenizer,
 		prompts:       newPromptTokenizer(cfg.Tokenizer, cfg.Registry, cfg.Logger),
 		cache:         cfg.Cache,
 		blockSize:     cfg.BlockSize,
@@ -208,14 +207,10 @@ func (p *Planner) ObserveUsage(pl *Plan, cached uint64, u openai.Usage) {
 		return
 	}
 	actual := float64(u.PromptTokens)
-	model := pl.Req.Model
-	if model == "" {
-		model = "unknown"
-	}
-	p.costError.WithLabelValues(p.modelLabel(model), tokenize.Kind(p.tok, pl.Req.Model)).Observe((float64(pl.Estimate) - actual) / actual)
+	p.costError.WithLabelValues(p.modelLabel(pl.Req.Model), tokenize.Kind(p.prompts.tok, pl.Req.Model)).Observe((float64(pl.Estimate) - actual) / actual)
 	p.cachedError.Observe((float64(cached) - float64(u.CachedTokens)) / actual)
 	if !pl.Exact && pl.TextBytes > 0 {
-		p.tok.Observe(pl.Req.Model, pl.TextBytes, u.PromptTokens)
+		p.prompts.tok.Observe(pl.Req.Model, pl.TextBytes, u.PromptTokens)
 	}
 }
 

@@ -165,7 +165,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.utilization, s.Utilization)
 	gauge(c.capy, float64(s.Capacity))
 	for _, q := range s.Queues {
-		l := []string{modelLabel(q.Model), "decode", q.PolicyClass}
+		l := []string{ModelLabel(q.Model), "decode", q.PolicyClass}
 		gauge(c.pending, float64(q.Requests), l...)
 		gauge(c.pendingISL, float64(q.ISLTokens), l...)
 		gauge(c.pendingCached, float64(q.CachedTokens), l...)
@@ -204,7 +204,7 @@ func (c *Collector) collectFlows(ch chan<- prometheus.Metric, q *sched.QueueStat
 	if c.flows == nil || len(q.Flows) == 0 {
 		return
 	}
-	model := modelLabel(q.Model)
+	model := ModelLabel(q.Model)
 	depth := make(map[string]uint64, len(q.Flows))
 	var order []string
 	for _, f := range q.Flows {
@@ -223,8 +223,8 @@ func (c *Collector) collectFlows(ch chan<- prometheus.Metric, q *sched.QueueStat
 	ch <- prometheus.MustNewConstMetric(c.jain, prometheus.GaugeValue, q.Fairness, model, q.PolicyClass)
 }
 
-// modelLabel is the model label, "unknown" when the request named none.
-func modelLabel(m string) string {
+// ModelLabel is the model label, "unknown" when the request named none.
+func ModelLabel(m string) string {
 	if m == "" {
 		return "unknown"
 	}
