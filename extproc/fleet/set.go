@@ -152,10 +152,3 @@ func (a *Applier) Apply(ws []Worker) (*Set, error) {
 	}
 	return set, nil
 }
-
-// Current returns the set in force.
-func (a *Applier) Current() *Set {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.cur
-}

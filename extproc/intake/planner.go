@@ -57,7 +57,8 @@ type Config struct {
 	Objectives policy.Objectives
 	// ModelRewrites are the operator's rewrite rules (--model-rewrite).
 	ModelRewrites map[string][]RewriteTarget
-	// Tokenizer counts prompt tokens. Nil means DefaultTokenizer.
+	// Tokenizer counts prompt tokens. Nil means the default estimator
+	// (tokenize.DefaultSpec).
 	Tokenizer Tokenizer
 	// BlockSize is the KV block size in tokens; 0 means
 	// sched.DefaultBlockSize.
@@ -80,7 +81,6 @@ const DefaultPrefixBytesPerToken = 4
 // dispatcher. It is safe for concurrent use.
 type Planner struct {
 	tenants       *policy.Tenants
-	tenantHeader  string
 	file          *policy.PriorityFile
 	defaultMax    sched.Priority
 	fairness      policy.FairnessMode
@@ -115,7 +115,7 @@ func New(cfg Config) (*Planner, error) {
 		cfg.Tenancy = &Tenancy{}
 	}
 	if cfg.Tokenizer == nil {
-		tok, err := DefaultTokenizer()
+		tok, err := tokenize.New(tokenize.DefaultSpec)
 		if err != nil {
 			return nil, err
 		}
@@ -176,7 +176,6 @@ func New(cfg Config) (*Planner, error) {
 		}
 		p.tenants = t
 	}
-	p.tenantHeader = p.tenants.HeaderName()
 	dm, err := policy.ParseDefaultMaxClass(cfg.Tenancy.DefaultMaxClass)
 	if err != nil {
 		return nil, err
@@ -188,7 +187,7 @@ func New(cfg Config) (*Planner, error) {
 
 // TenantHeader is the trusted tenant header Identify reads, besides the
 // flow-control, pin and authorization headers.
-func (p *Planner) TenantHeader() string { return p.tenantHeader }
+func (p *Planner) TenantHeader() string { return p.tenants.HeaderName() }
 
 // Objectives is the objective table the planner reads.
 func (p *Planner) Objectives() *ObjectiveTable { return p.objectives }
@@ -230,7 +229,7 @@ type Identity struct {
 // does: before admission, so rejected requests count too. A malformed pin
 // header is a 400 here already.
 func (p *Planner) Identify(h policy.Lookup, clientIP string, admission bool) (Identity, *Rejection) {
-	tenantHeader, _ := h(p.tenantHeader)
+	tenantHeader, _ := h(p.tenants.HeaderName())
 	auth, _ := h(policy.HeaderAuthorization)
 	tenant, err := p.tenants.Resolve(auth, tenantHeader, clientIP)
 	if err != nil {

@@ -19,9 +19,6 @@ import (
 // must be safe for concurrent use.
 type Tokenizer = tokenize.Tokenizer
 
-// DefaultTokenizer is the tokenizer used when Config.Tokenizer is nil.
-func DefaultTokenizer() (Tokenizer, error) { return tokenize.New(tokenize.DefaultSpec) }
-
 // Heavy tokenizations. A prompt of heavyPromptBytes or more (messages,
 // tools and text together) is tokenized in one of heavySlots() slots, so
 // that a few large bodies cannot take every core, or a few hundred MB

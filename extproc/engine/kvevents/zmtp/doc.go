@@ -1,8 +1,8 @@
 // Package zmtp is a small, strict implementation of ZMTP 3.x, ZeroMQ's wire
 // protocol, limited to what the KV-event subscriber needs: the NULL
 // security mechanism, a SUB socket that dials one PUB (DialSub), a SUB
-// listener that accepts many PUB peers (ListenSub, or Bind then ServeSub
-// to learn the endpoint before any goroutine starts), and a DEALER that dials
+// listener that accepts many PUB peers (Bind, which learns the endpoint
+// before any goroutine starts, then ServeSub), and a DEALER that dials
 // a ROUTER (DialDealer). Endpoints are tcp://HOST:PORT or ipc://PATH.
 //
 // It replaces a general ZeroMQ library because its peers are engines

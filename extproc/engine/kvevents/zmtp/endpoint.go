@@ -45,7 +45,7 @@ func EndpointOf(a net.Addr) string {
 }
 
 // Bind listens on endpoint (tcp://HOST:PORT, HOST may be * or empty, or
-// ipc://PATH) and accepts nothing yet: it is ListenSub's first step, for a
+// ipc://PATH) and accepts nothing yet: it is a SUB listener's first step, for a
 // caller that must learn the endpoint (the port chosen for port 0) or a
 // bind error before it starts any goroutine; ServeSub serves what it
 // returns. A socket file left at an ipc:// path is removed first, as libzmq

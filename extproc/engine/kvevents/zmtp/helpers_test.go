@@ -2,6 +2,7 @@ package zmtp
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"io"
 	"net"
@@ -91,4 +92,14 @@ func (p *peer) send(frames ...[]byte) {
 // longHeader is the header of a frame announcing size bytes.
 func longHeader(flags byte, size uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte{flags | flagLong}, size)
+}
+
+// listenSub binds endpoint and serves it as a SUB listener (Bind, then
+// ServeSub).
+func listenSub(ctx context.Context, endpoint string, prefix []byte, o Options) (*Listener, error) {
+	ln, err := Bind(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	return ServeSub(ctx, ln, prefix, o), nil
 }

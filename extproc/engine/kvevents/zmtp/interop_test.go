@@ -113,7 +113,7 @@ func TestInteropLibzmqPubFrameTooLarge(t *testing.T) {
 func TestInteropLibzmqPubConnects(t *testing.T) {
 	for _, ep := range []string{"tcp://127.0.0.1:0", "ipc://" + filepath.Join(t.TempDir(), "sub.sock")} {
 		t.Run(ep[:3], func(t *testing.T) {
-			l, err := ListenSub(t.Context(), ep, []byte("kv@"), Options{})
+			l, err := listenSub(t.Context(), ep, []byte("kv@"), Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,7 +200,7 @@ func TestInteropGoZeromqPub(t *testing.T) {
 }
 
 func TestInteropGoZeromqPubConnects(t *testing.T) {
-	l, err := ListenSub(t.Context(), "tcp://127.0.0.1:0", []byte("kv@"), Options{})
+	l, err := listenSub(t.Context(), "tcp://127.0.0.1:0", []byte("kv@"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

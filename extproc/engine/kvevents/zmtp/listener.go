@@ -32,20 +32,10 @@ type Listener struct {
 	conns map[*conn]struct{}
 }
 
-// ListenSub listens on endpoint (tcp://HOST:PORT, HOST may be *, or
-// ipc://PATH) and subscribes every peer that connects to the messages
-// whose first frame starts with prefix. ctx ending closes the listener;
-// so does Close. It is Bind then ServeSub.
-func ListenSub(ctx context.Context, endpoint string, prefix []byte, o Options) (*Listener, error) {
-	ln, err := Bind(endpoint)
-	if err != nil {
-		return nil, err
-	}
-	return ServeSub(ctx, ln, prefix, o), nil
-}
-
-// ServeSub serves ln (from Bind, or any stream listener) as a SUB listener,
-// as ListenSub does; the Listener owns ln from then on and closes it.
+// ServeSub serves ln (from Bind, or any stream listener) as a SUB listener
+// that subscribes every peer that connects to the messages whose first
+// frame starts with prefix. ctx ending closes the listener; so does Close.
+// The Listener owns ln from then on and closes it.
 func ServeSub(ctx context.Context, ln net.Listener, prefix []byte, o Options) *Listener {
 	o = o.withDefaults()
 	l := &Listener{

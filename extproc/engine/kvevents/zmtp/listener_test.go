@@ -183,7 +183,7 @@ func TestListenerContext(t *testing.T) {
 
 // TestListenSubTCP: a real listener on loopback and its endpoint.
 func TestListenSubTCP(t *testing.T) {
-	l, err := ListenSub(t.Context(), "tcp://127.0.0.1:0", []byte("kv@"), Options{})
+	l, err := listenSub(t.Context(), "tcp://127.0.0.1:0", []byte("kv@"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
