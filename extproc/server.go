@@ -102,13 +102,23 @@ func WithKVEvents(m *kvevents.Manager) Option { return func(s *Server) { s.kv = 
 // Config or worker set, and when the SMG reservations exceed the capacity
 // of that set.
 func New(cfg Config, workers []fleet.Worker, opts ...Option) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, ws, sch, err := prepare(cfg, workers)
+	if err != nil {
 		return nil, err
+	}
+	return newServer(cfg, ws, sch, opts...)
+}
+
+// prepare is New's first half: cfg checked and with its defaults, the
+// worker set, and the scheduling core over it.
+func prepare(cfg Config, workers []fleet.Worker) (Config, *fleet.Set, *sched.Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return Config{}, nil, nil, err
 	}
 	cfg = cfg.withDefaults()
 	ws, err := fleet.NewSet(workers)
 	if err != nil {
-		return nil, fmt.Errorf("extproc: %w", err)
+		return Config{}, nil, nil, fmt.Errorf("extproc: %w", err)
 	}
 	sc := cfg.Sched
 	if sc.Start.IsZero() {
@@ -116,9 +126,9 @@ func New(cfg Config, workers []fleet.Worker, opts ...Option) (*Server, error) {
 	}
 	sch, err := sched.New(sc, ws.Sched)
 	if err != nil {
-		return nil, err
+		return Config{}, nil, nil, err
 	}
-	return newServer(cfg, ws, sch, opts...)
+	return cfg, ws, sch, nil
 }
 
 // newServer wires a Server around any scheduler; cfg has its defaults.

@@ -458,17 +458,7 @@ func newLoopRun(t *testing.T, cfgByte byte, protos []byte) *loopRun {
 // that Run and the notice senders return.
 func (r *loopRun) start(cfg Config, workers []fleet.Worker) {
 	t := r.t
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	full := cfg.withDefaults()
-	ws, err := fleet.NewSet(workers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := full.Sched
-	sc.Start = time.Now()
-	inner, err := sched.New(sc, ws.Sched)
+	full, ws, inner, err := prepare(cfg, workers)
 	if err != nil {
 		t.Fatal(err)
 	}
