@@ -155,9 +155,7 @@ func (m *metrics) observeServed(a *sched.Action, flow string) {
 	m.servedFlows.WithLabelValues(m.boundedModel(a.Model), a.PolicyClass, m.flows.Label(flow)).Add(float64(a.Uncached))
 }
 
-// boundedModel is the model label of series a client's model name reaches
-// through the request path: the first names keep their own value, "other"
-// the rest.
+// boundedModel bounds the model label of request-path series.
 func (m *metrics) boundedModel(model string) string {
 	return m.models.Label(schedmetrics.ModelLabel(model))
 }

@@ -109,26 +109,22 @@ func New(cfg Config, workers []fleet.Worker, opts ...Option) (*Server, error) {
 	return newServer(cfg, ws, sch, opts...)
 }
 
-// prepare is New's first half: cfg checked and with its defaults, the
-// worker set, and the scheduling core over it.
-func prepare(cfg Config, workers []fleet.Worker) (Config, *fleet.Set, *sched.Scheduler, error) {
-	if err := cfg.Validate(); err != nil {
-		return Config{}, nil, nil, err
+// prepare is New's first half: cfg with its defaults, the worker set and
+// the scheduling core over it.
+func prepare(cfg Config, workers []fleet.Worker) (c Config, ws *fleet.Set, sch *sched.Scheduler, err error) {
+	if err = cfg.Validate(); err != nil {
+		return c, nil, nil, err
 	}
-	cfg = cfg.withDefaults()
-	ws, err := fleet.NewSet(workers)
-	if err != nil {
-		return Config{}, nil, nil, fmt.Errorf("extproc: %w", err)
+	c = cfg.withDefaults()
+	if ws, err = fleet.NewSet(workers); err != nil {
+		return c, nil, nil, fmt.Errorf("extproc: %w", err)
 	}
-	sc := cfg.Sched
+	sc := c.Sched
 	if sc.Start.IsZero() {
 		sc.Start = time.Now()
 	}
-	sch, err := sched.New(sc, ws.Sched)
-	if err != nil {
-		return Config{}, nil, nil, err
-	}
-	return cfg, ws, sch, nil
+	sch, err = sched.New(sc, ws.Sched)
+	return c, ws, sch, err
 }
 
 // newServer wires a Server around any scheduler; cfg has its defaults.
