@@ -37,6 +37,10 @@ type Stats struct {
 	// gate.
 	Seeded  uint32
 	Warming bool
+	// Admission counts SMG's request bucket decisions; Budgets the tenant
+	// budgets' (zero when off).
+	Admission AdmissionStats
+	Budgets   BudgetStats
 }
 
 // QueueStats describes one Dynamo policy-class queue.
@@ -49,6 +53,8 @@ type QueueStats struct {
 	CachedTokens uint64
 	// Backpressure counts rejections by LimitKind (LimitNone stays 0).
 	Backpressure [NumLimitKinds]uint64
+	// Expired counts deadline sheds by DeadlineStage (StageNone stays 0).
+	Expired [NumDeadlineStages]uint64
 	// Deficit is the class's DRR deficit.
 	Deficit uint64
 	// Flows lists the class's backlogged fairness keys (fairness on),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 )
 
 // validateConfig checks the structure the scheduler relies on, so that bad
@@ -57,7 +58,45 @@ func validateConfig(cfg *Config) error {
 	if cfg.Fallbacks < 0 || cfg.Fallbacks > MaxFallbacks {
 		errs = append(errs, fmt.Errorf("sched: fallbacks %d must be in [0, %d]", cfg.Fallbacks, MaxFallbacks))
 	}
-	errs = append(errs, validateFairness(&cfg.Fairness))
+	errs = append(errs, validateFairness(&cfg.Fairness), validateAdmission(cfg), validateBudgets(cfg.TenantBudgets))
+	return errors.Join(errs...)
+}
+
+// validateAdmission checks SMG's bucket: a legacy queue needs a timeout.
+func validateAdmission(cfg *Config) error {
+	a := &cfg.Admission
+	if !cfg.Priority.Enabled && a.Capacity > 0 && a.QueueSize > 0 && a.QueueTimeout <= 0 {
+		return errors.New("sched: admission queue timeout must be > 0 when the queue size is > 0")
+	}
+	return nil
+}
+
+// validateBudgets checks that every tenant budget is positive.
+func validateBudgets(b *TenantBudgets) error {
+	if b == nil {
+		return nil
+	}
+	var errs []error
+	check := func(who string, p *BudgetPolicy) {
+		if p.TokensPerMinute == 0 || p.RequestsPerMinute == 0 {
+			errs = append(errs, fmt.Errorf("sched: tenant budget %s: per-minute values must be > 0", who))
+		}
+		for _, r := range p.Rules {
+			if r.TokensPerMinute == 0 || r.RequestsPerMinute == 0 {
+				errs = append(errs, fmt.Errorf("sched: tenant budget %s rule %q: per-minute values must be > 0", who, r.ID))
+			}
+		}
+	}
+	check("default", &b.Default)
+	keys := make([]string, 0, len(b.Tenants))
+	for k := range b.Tenants {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		p := b.Tenants[k]
+		check(strconv.Quote(k), &p)
+	}
 	return errors.Join(errs...)
 }
 
@@ -100,9 +139,15 @@ func validateProfile(where string, p *Profile) error {
 		if r := c.BusyWorkerRatio; math.IsNaN(r) || r < 0 || r > 1 {
 			errs = append(errs, fmt.Errorf("sched: %s: policy class %q busy worker ratio must be in [0, 1]", where, c.Name))
 		}
+		if c.SLO < 0 {
+			errs = append(errs, fmt.Errorf("sched: %s: policy class %q SLO must not be negative", where, c.Name))
+		}
 	}
-	if p.Synthetic {
+	switch {
+	case p.Synthetic:
 		return errors.Join(errs...)
+	case p.Flat:
+		return errors.Join(append(errs, validateFlat(where, p))...)
 	}
 	n := len(p.Classes)
 	if len(p.Buckets) == 0 || p.Buckets[0].MinTokens != 0 {
@@ -144,4 +189,22 @@ func validateProfile(where string, p *Profile) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateFlat checks that a flat profile names every class once and has
+// a default class.
+func validateFlat(where string, p *Profile) error {
+	n := len(p.Classes)
+	if p.DefaultClass < 0 || p.DefaultClass >= n {
+		return fmt.Errorf("sched: %s: default class index %d of %d", where, p.DefaultClass, n)
+	}
+	if len(p.Explicit) != n {
+		return fmt.Errorf("sched: %s: %d class names for %d classes", where, len(p.Explicit), n)
+	}
+	for i := range p.Classes {
+		if name := p.Classes[i].Name; p.Explicit[name] != i {
+			return fmt.Errorf("sched: %s: class name %q does not name its class", where, name)
+		}
+	}
+	return nil
 }

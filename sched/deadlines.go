@@ -47,7 +47,11 @@ func (w *waitList) remove(e *entry) {
 }
 
 // at converts now to an instant, fixing the origin on first use when the
-// configuration gave no Start.
+// configuration gave no Start, and begins the call: SMG admission waiters
+// that waited too long and flat-class requests past their deadline are
+// rejected before anything else, so no call serves them. A call that runs
+// no dispatch pass of its own runs one when at shed a queued request
+// (s.shed), since that can release a lane.
 func (s *Scheduler) at(now time.Time) instant {
 	if !s.originSet {
 		s.origin, s.originSet = now, true
@@ -57,6 +61,8 @@ func (s *Scheduler) at(now time.Time) instant {
 		s.warmPending = false
 		s.startWarm(s.now)
 	}
+	s.expireParked(s.now)
+	s.lateShed = s.shedLate(s.now)
 	return s.now
 }
 
@@ -104,10 +110,15 @@ func (s *Scheduler) promoteStarving(t instant) bool {
 // promoteStarving has work. A promotion is due one nanosecond after the
 // threshold, since the wait must be strictly longer.
 func (s *Scheduler) nextDeadline() (instant, bool) {
-	if !s.prio {
-		return 0, false
-	}
 	next, ok := instant(math.MaxInt64), false
+	for _, f := range [...]func() (instant, bool){s.nextLate, s.nextAdmission} {
+		if at, due := f(); due {
+			next, ok = min(next, at), true
+		}
+	}
+	if !s.prio {
+		return next, ok
+	}
 	if s.warming {
 		next, ok = s.warmUntil, true
 	}

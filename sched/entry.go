@@ -48,6 +48,16 @@ type entry struct {
 	// enq is when the request was submitted (and queued, if it queued), as
 	// an offset from the scheduler's origin.
 	enq instant
+	// arrival is when the request reached tollgate (Request.Arrival, else
+	// the Submit time); deadline is arrival + its class's SLO, and dpos
+	// its index in the deadline heap (-1 when not there; slo.go).
+	arrival, deadline instant
+	dpos              int
+	// park holds the request while it waits for an SMG admission token
+	// (admission.go); nil otherwise.
+	park *Request
+	// budget is the tenant reservation the request holds (budget.go).
+	budget reservation
 	// rank is the pinned rank while queued (exact lanes only) and the
 	// booked rank while in flight.
 	rank *rankState

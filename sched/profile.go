@@ -1,6 +1,9 @@
 package sched
 
-import "sort"
+import (
+	"sort"
+	"time"
+)
 
 // QueuePolicy orders requests inside one lane of a policy class.
 type QueuePolicy uint8
@@ -11,12 +14,19 @@ const (
 	FCFS QueuePolicy = iota
 	// WSPT scores (1 + max(0, priority_jump)) / scheduling_cost.
 	WSPT
+	// EDF orders by deadline (arrival + the class's SLO), then enqueue
+	// order; priority hints do not reorder it. Only flat classes use it.
+	EDF
 )
 
 // String returns the YAML spelling.
 func (q QueuePolicy) String() string {
-	if q == WSPT {
+	switch q {
+	case WSPT:
 		return "wspt"
+	case EDF:
+		return "edf"
+	case FCFS:
 	}
 	return "fcfs"
 }
@@ -44,6 +54,11 @@ type ClassSpec struct {
 	RequestLimitPerWorker     *uint64
 	RawISLLimitPerWorker      *uint64
 	CachedTokenLimitPerWorker *uint64
+	// SLO is a flat class's slo_ms: a request's deadline is its arrival
+	// plus SLO, never recomputed, and a queued request past it is shed
+	// (OutcomeDeadlineExceeded). 0 means no deadline (family/bucket
+	// classes and the synthetic class).
+	SLO time.Duration
 }
 
 // Queues reports whether the class has a busy threshold, which is what
@@ -71,6 +86,11 @@ type Profile struct {
 	Explicit map[string]int
 	// Synthetic marks the no-YAML profile: every request maps to class 0.
 	Synthetic bool
+	// Flat marks a flat-class profile (default_policy_class): a request
+	// names its class exactly (Explicit lists every class), no name means
+	// DefaultClass, and an unknown name resolves to no class.
+	Flat         bool
+	DefaultClass int
 }
 
 // SyntheticProfile returns the single-class profile used without a policy
@@ -87,10 +107,21 @@ func SyntheticProfile(frac *float64, policy QueuePolicy) *Profile {
 // x-dynamo-meta-policy-class header, trimmed) and its exact uncached tokens
 // to a class index, in Dynamo's order: synthetic profile, explicit class
 // name, known family or else the default family, combined with the last
-// bucket whose floor is <= uncached.
+// bucket whose floor is <= uncached. In a flat profile an empty value is
+// the default class and any other value must name a class exactly; an
+// unknown name returns -1.
 func (p *Profile) Resolve(requested string, uncached uint64) int {
 	if p.Synthetic {
 		return 0
+	}
+	if p.Flat {
+		if requested == "" {
+			return p.DefaultClass
+		}
+		if i, ok := p.Explicit[requested]; ok {
+			return i
+		}
+		return -1
 	}
 	if i, ok := p.Explicit[requested]; ok {
 		return i
@@ -107,6 +138,9 @@ func (p *Profile) Resolve(requested string, uncached uint64) int {
 // PolicyConfig is a Dynamo router policy file: an optional root profile and
 // per-model profiles that replace it wholesale.
 type PolicyConfig struct {
+	// Schema names the generation of the file it was read from (for
+	// check-config and logs); empty without a file.
+	Schema string
 	Root   *Profile
 	Models map[string]*Profile
 	// Fallback is used when neither a model profile nor Root applies; nil

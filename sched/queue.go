@@ -20,6 +20,8 @@ type modelQueue struct {
 	queued [][NumPriorities]uint32
 	// backpressure counts limit rejections per policy class and LimitKind.
 	backpressure [][NumLimitKinds]uint64
+	// expired counts deadline sheds per policy class and stage.
+	expired [][NumDeadlineStages]uint64
 }
 
 // queueKey returns the key of model's queue: the name itself when the
@@ -58,6 +60,7 @@ func (s *Scheduler) queueFor(model string, profile *Profile) *modelQueue {
 		active:       -1,
 		queued:       make([][NumPriorities]uint32, n),
 		backpressure: make([][NumLimitKinds]uint64, n),
+		expired:      make([][NumDeadlineStages]uint64, n),
 	}
 	mq.ring.enableFairness(&s.cfg.Fairness)
 	s.models[model] = mq
@@ -105,11 +108,14 @@ func (s *Scheduler) mustQueue(e *entry) bool {
 // join puts e into its queue, unless a limit on entry rejects it. The
 // checks run in this order, the first failure answering:
 //
-//  1. SMG queue_size (priority scheduler on): the requests of e's priority
+//  1. a flat policy class's deadline: a request already past it is shed
+//     (OutcomeDeadlineExceeded at the admission stage), as Dynamo checks
+//     it just before a request enters queue storage;
+//  2. SMG queue_size (priority scheduler on): the requests of e's priority
 //     class queued across all models and policy classes >= queue_size:
 //     OutcomeQueueFull. SMG's admission is the outer layer, so it answers
 //     first, as it would in front of a Dynamo router;
-//  2. Dynamo's per-worker limits of e's policy class, requests then raw ISL
+//  3. Dynamo's per-worker limits of e's policy class, requests then raw ISL
 //     tokens then cached tokens: usage before adding e >= per-worker limit ×
 //     worker instances serving the model (saturating): OutcomeClassLimit,
 //     counted in the queue's backpressure. The request that crosses a token
@@ -122,6 +128,10 @@ func (s *Scheduler) mustQueue(e *entry) bool {
 // draining, Submit rejects every arrival before it gets this far. It
 // reports whether e was queued.
 func (s *Scheduler) join(e *entry, t instant) bool {
+	if e.late(t) {
+		s.shed(e, StageAdmission, false, t)
+		return false
+	}
 	if s.prio && s.warming {
 		return s.joinWarm(e, t)
 	}
@@ -184,11 +194,11 @@ func (s *Scheduler) limitReached(e *entry, u classUsage) (LimitKind, uint64, uin
 	return LimitNone, 0, 0
 }
 
-// enqueue pushes e into its ring and wait list.
+// enqueue pushes e into its ring and wait list. Its wait counts from its
+// Submit (e.enq), through an SMG admission wait if it had one.
 func (s *Scheduler) enqueue(e *entry, t instant) {
 	mq := e.mq
 	e.state = stateQueued
-	e.enq = t
 	e.seq = s.seq
 	s.seq++
 	mq.ring.push(e)
@@ -203,6 +213,7 @@ func (s *Scheduler) enqueue(e *entry, t instant) {
 	mq.queued[e.class][e.prio]++
 	s.wait[e.prio].push(e)
 	s.queuedTotal++
+	s.watchDeadline(e)
 }
 
 // unqueue takes the queued e out of every queue structure. popped says the
@@ -219,6 +230,7 @@ func (s *Scheduler) unqueue(e *entry, popped bool) {
 	mq.queued[e.class][e.prio]--
 	s.wait[e.prio].remove(e)
 	s.queuedTotal--
+	s.unwatchDeadline(e)
 	s.markUnservable(e, false)
 	e.flags &^= flagWarm
 	if v := e.peer; v != nil {

@@ -68,6 +68,16 @@ type Scheduler struct {
 	preemptions [NumPriorities][NumPriorities]uint64
 	promotions  [NumPriorities]uint64
 
+	// SMG's request bucket and its waiters (admission.go), the tenant
+	// budgets (budget.go; nil when off) and the deadline heap of flat
+	// policy classes (slo.go).
+	adm       admission
+	budgets   *budgets
+	deadlines indexedHeap[*deadlineItem]
+	// lateShed records that the current call began by shedding a queued
+	// request (at).
+	lateShed bool
+
 	// Entries by request ID, and the pool of free ones.
 	entries map[uint64]*entry
 	pool    *entry
@@ -87,10 +97,12 @@ const (
 	stateNone entryState = iota
 	stateQueued
 	stateInFlight
+	// stateParked: waiting for an SMG admission token (admission.go).
+	stateParked
 )
 
 // entryFlags are per-entry booleans.
-type entryFlags uint8
+type entryFlags uint16
 
 const (
 	// flagFirstToken: the request produced its first token.
@@ -109,6 +121,11 @@ const (
 	// flagWarm: the request queued while the warm start held the slot
 	// gate; its entry limits and preemption wait for the hold's end.
 	flagWarm
+	// flagToken: the request holds an SMG legacy admission token.
+	flagToken
+	// flagWaited: the request waited for its SMG admission token; every
+	// action about it reports that wait (Queued, Wait).
+	flagWaited
 )
 
 // New builds a scheduler over an initial worker set. It fails when the SMG
@@ -147,6 +164,8 @@ func New(cfg Config, workers []Worker) (*Scheduler, error) {
 		originSet: !cfg.Start.IsZero(),
 		models:    make(map[string]*modelQueue),
 		entries:   make(map[uint64]*entry),
+		adm:       newAdmission(cfg.Admission, cfg.Priority.Enabled),
+		budgets:   newBudgets(cfg.TenantBudgets, cfg.MaxBudgetScopes),
 	}
 	s.dispatchable = s.isDispatchable
 	s.installWorkers(workers)
@@ -208,6 +227,32 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 		s.rejectArrival(e, r.Model, "", OutcomeShutdown, "")
 		return s.actions
 	}
+	if s.lateShed {
+		s.pass(t)
+	}
+	s.wakeParked(t)
+	if s.gate(e, &r, t) {
+		s.arrive(e, &r, t, true)
+	}
+	return s.actions
+}
+
+// arrive takes e past SMG's bucket into the policy classes: the tenant
+// budgets, then Submit's steps 1 to 5. report asks for the ActionQueue of
+// an arrival still queued at the end (a waiter leaving SMG's admission
+// queue was reported queued already).
+func (s *Scheduler) arrive(e *entry, r *Request, t instant, report bool) {
+	if s.budgets != nil {
+		res, wait, ok := s.budgets.reserve(t, r.Tenant, r.Model, r.ISL)
+		if !ok {
+			a := s.emitNamed(ActionReject, e, r.Model, "", OutcomeTenantRateLimited)
+			a.RetryAfter = wait
+			s.admits[e.prio][OutcomeTenantRateLimited]++
+			s.recycle(e)
+			return
+		}
+		e.budget = res
+	}
 	profile := s.cfg.Policy.ProfileFor(r.Model)
 
 	var (
@@ -225,7 +270,10 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 	} else {
 		eligible = s.anyEligible(e.need())
 	}
-	s.classify(e, &r, profile, pinned, t)
+	if !s.classify(e, r, profile, pinned, t) {
+		s.rejectArrival(e, r.Model, "", OutcomeUnknownClass, "unknown router policy class")
+		return
+	}
 	c := &profile.Classes[e.class]
 
 	key := s.queueKey(r.Model)
@@ -234,19 +282,20 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 	switch {
 	case fault != pinOK:
 		s.rejectArrival(e, r.Model, c.Name, OutcomePinInvalid, s.pinMessage(pinned, rankNo, fault))
-		return s.actions
+		return
 	case !eligible && !backlog:
 		s.rejectArrival(e, r.Model, c.Name, OutcomeNoEndpoints, s.noEndpointsMessage(e.need()))
-		return s.actions
+		return
 	}
 	if mq == nil {
 		mq = s.queueFor(key, profile)
 	}
 	e.mq = mq
+	e.setDeadline()
 
 	if eligible && !s.mustQueue(e) {
 		s.admit(e, false, t)
-		return s.actions
+		return
 	}
 	slotFull := s.prio && eligible && s.freeSlots(e.prio) == 0
 	if s.join(e, t) {
@@ -259,13 +308,12 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 			s.preemptFor(e)
 		}
 		s.settle(e, t)
-		if e.state == stateQueued {
+		if report && e.state == stateQueued {
 			s.actions = append(s.actions, Action{
 				Kind: ActionQueue, ID: e.id, Priority: e.prio, Model: e.model, PolicyClass: e.spec().Name,
 			})
 		}
 	}
-	return s.actions
 }
 
 // settle is the dispatch pass after e was queued. Every call leaves no
@@ -327,6 +375,10 @@ func (s *Scheduler) Release(now time.Time, id uint64) []Action {
 		s.unqueue(e, false)
 		s.finish(e, OutcomeClientCancelled, true, t)
 		s.pass(t)
+		return s.actions
+	case e.state == stateParked:
+		s.unpark(e)
+		s.finish(e, OutcomeClientCancelled, true, t)
 		return s.actions
 	}
 	preemptor := e.peer
@@ -423,6 +475,7 @@ func (s *Scheduler) Drain(now time.Time) []Action {
 			s.finish(e, OutcomeShutdown, true, t)
 		}
 	}
+	s.shedParked(OutcomeShutdown, t)
 	return s.actions
 }
 
@@ -478,8 +531,11 @@ func (s *Scheduler) markUnservable(e *entry, on bool) {
 	}
 }
 
-// dispatchLoop implements pass; slotCheck enables the early stop.
+// dispatchLoop implements pass; slotCheck enables the early stop. SMG's
+// admission waiters get the free tokens after it: queued requests, which
+// passed SMG's gate earlier, are served first.
 func (s *Scheduler) dispatchLoop(t instant, slotCheck bool) {
+	defer s.wakeParked(t)
 	for idle := 0; idle < len(s.active); {
 		if slotCheck && !s.passable() {
 			return
@@ -585,10 +641,15 @@ func (s *Scheduler) rejectArrival(e *entry, model, class string, o Outcome, msg 
 
 // emit appends an action about e and returns it for the caller to finish.
 func (s *Scheduler) emit(kind ActionKind, e *entry, o Outcome) *Action {
-	return s.emitNamed(kind, e, e.model, e.spec().Name, o)
+	class := ""
+	if e.mq != nil {
+		class = e.spec().Name
+	}
+	return s.emitNamed(kind, e, e.model, class, o)
 }
 
-// emitNamed is emit with the queue's names given.
+// emitNamed is emit with the queue's names given (the class is empty for
+// a request not classified yet).
 func (s *Scheduler) emitNamed(kind ActionKind, e *entry, model, class string, o Outcome) *Action {
 	s.actions = append(s.actions, Action{
 		Kind:        kind,
@@ -601,28 +662,43 @@ func (s *Scheduler) emitNamed(kind ActionKind, e *entry, model, class string, o 
 		Cached:      e.cached,
 		Uncached:    e.isl - e.cached,
 	})
-	return &s.actions[len(s.actions)-1]
+	a := &s.actions[len(s.actions)-1]
+	if e.flags&flagWaited != 0 {
+		a.Queued, a.Wait = true, s.now-e.enq
+	}
+	return a
 }
 
 // classify takes e's cost snapshot and queue key: cached = the pinned
 // worker's hit (pinned names it) or the best hit over the eligible workers,
 // capped at ISL; cost = max(1, ISL − cached); the policy class from the
 // requested class and the uncached tokens; the FCFS score max(0, jump) −
-// seconds since the origin, or the WSPT score (1 + max(0, jump)) / cost.
-func (s *Scheduler) classify(e *entry, r *Request, profile *Profile, pinned string, t instant) {
+// seconds since the origin, the WSPT score (1 + max(0, jump)) / cost, or
+// the EDF score −(arrival + SLO), under which the strict-priority hint does
+// not count. It reports false when a flat profile has no class of the
+// requested name.
+func (s *Scheduler) classify(e *entry, r *Request, profile *Profile, pinned string, t instant) bool {
 	e.cached = min(s.snapshotCached(e, r.Model, pinned), e.isl)
 	uncached := e.isl - e.cached
 	e.cost = max(1, uncached)
-	e.class = profile.Resolve(r.Class, uncached)
+	if e.class = profile.Resolve(r.Class, uncached); e.class < 0 {
+		return false
+	}
 	jump := r.PriorityJump
 	if !(jump > 0) { // also NaN
 		jump = 0
 	}
-	if profile.Classes[e.class].QueuePolicy == WSPT {
+	c := &profile.Classes[e.class]
+	switch c.QueuePolicy {
+	case WSPT:
 		e.score = (1 + jump) / float64(e.cost)
-	} else {
+	case EDF:
+		e.strict = strictKey(e.prio, 0, false)
+		e.score = -addSat(e.arrival, c.SLO).Seconds()
+	case FCFS:
 		e.score = jump - max(0, t.Seconds())
 	}
+	return true
 }
 
 // newEntry takes an entry from the pool and fills it from r. An out-of-range
@@ -645,6 +721,11 @@ func (s *Scheduler) newEntry(r *Request, t instant) *entry {
 	e.strict = strictKey(e.prio, r.StrictPriority, r.HasStrictPriority)
 	e.isl = r.ISL
 	e.enq = t
+	e.arrival = t
+	if !r.Arrival.IsZero() {
+		e.arrival = r.Arrival.Sub(s.origin)
+	}
+	e.dpos = -1
 	e.taints = append(e.taints[:0], r.RequiredTaints...)
 	e.allowed = append(e.allowed[:0], r.AllowedWorkers...)
 	e.cachedTokens = append(e.cachedTokens[:0], r.Cached...)
@@ -660,6 +741,7 @@ const maxPooledEntryBuf = 1024
 // recycle forgets e and returns it to the pool, keeping its buffers unless
 // they are larger than maxPooledEntryBuf.
 func (s *Scheduler) recycle(e *entry) {
+	s.returnToken(e)
 	delete(s.entries, e.id)
 	clear(e.taints)
 	clear(e.allowed)

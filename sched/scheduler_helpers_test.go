@@ -63,22 +63,28 @@ func (h *sim) want(step string, got []string, want ...string) {
 
 // simOutcomes renders outcomes in actions.
 var simOutcomes = map[Outcome]string{
-	OutcomeAdmitted:        "admitted",
-	OutcomeQueueFull:       "queue_full",
-	OutcomeQueueTimeout:    "queue_timeout",
-	OutcomeClassLimit:      "class_limit",
-	OutcomeNoEndpoints:     "no_endpoints",
-	OutcomePinInvalid:      "pin_invalid",
-	OutcomePreempted:       "preempted",
-	OutcomeShutdown:        "shutdown",
-	OutcomeClientCancelled: "client_cancelled",
-	OutcomeUnknown:         "unknown",
+	OutcomeAdmitted:          "admitted",
+	OutcomeQueueFull:         "queue_full",
+	OutcomeQueueTimeout:      "queue_timeout",
+	OutcomeClassLimit:        "class_limit",
+	OutcomeNoEndpoints:       "no_endpoints",
+	OutcomePinInvalid:        "pin_invalid",
+	OutcomePreempted:         "preempted",
+	OutcomeShutdown:          "shutdown",
+	OutcomeClientCancelled:   "client_cancelled",
+	OutcomeUnknown:           "unknown",
+	OutcomeRateLimited:       "rate_limited",
+	OutcomeAdmissionFull:     "admission_full",
+	OutcomeAdmissionTimeout:  "admission_timeout",
+	OutcomeTenantRateLimited: "tenant_rate_limited",
+	OutcomeDeadlineExceeded:  "deadline_exceeded",
+	OutcomeUnknownClass:      "unknown_class",
 }
 
 // simRender turns actions into short strings:
 //
 //	dispatch ID WORKER/RANK [queued]
-//	reject ID OUTCOME [queued] [LIMITKIND CURRENT>=LIMIT]
+//	reject ID OUTCOME [queued] [LIMITKIND CURRENT>=LIMIT] [at STAGE +OVERDUE] [retry RETRYAFTER]
 //	preempt ID VICTIMCLASS by PREEMPTORCLASS
 //	queue ID
 func simRender(as []Action) []string {
@@ -102,6 +108,12 @@ func simRender(as []Action) []string {
 		}
 		if a.LimitKind != LimitNone {
 			fmt.Fprintf(&b, " %s %d>=%d", a.LimitKind, a.LimitCurrent, a.LimitValue)
+		}
+		if a.Stage != StageNone {
+			fmt.Fprintf(&b, " at %s +%v", a.Stage, a.Overdue)
+		}
+		if a.RetryAfter != 0 {
+			fmt.Fprintf(&b, " retry %v", a.RetryAfter)
 		}
 		out = append(out, b.String())
 	}

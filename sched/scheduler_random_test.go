@@ -123,6 +123,21 @@ func newSimDriver(src simSource) (*simDriver, error) {
 	if src.intn(3) == 0 {
 		cfg.Fairness = FairnessConfig{Enabled: true, MaxFlows: src.intn(4), Weights: map[string]uint32{"t1": 3}}
 	}
+	if src.intn(3) == 0 {
+		cfg.Admission = AdmissionConfig{
+			Capacity: uint32(src.intn(4)), RatePerSecond: uint32(src.intn(3)),
+			QueueSize: uint32(src.intn(4)), QueueTimeout: time.Duration(1+src.intn(10)) * time.Second,
+		}
+	}
+	if src.intn(3) == 0 {
+		cfg.TenantBudgets = &TenantBudgets{
+			Default: BudgetPolicy{TokensPerMinute: uint32(1 + src.intn(20000)), RequestsPerMinute: uint32(1 + src.intn(60))},
+			Tenants: map[string]BudgetPolicy{"t1": {TokensPerMinute: 5000, RequestsPerMinute: 30, Rules: []ModelRule{
+				{ID: "r", Prefix: true, Value: "m", TokensPerMinute: uint32(1 + src.intn(5000)), RequestsPerMinute: 10},
+			}}},
+		}
+		cfg.MaxBudgetScopes = src.intn(4)
+	}
 	workers := d.randomWorkers()
 	s, err := New(cfg, workers)
 	if err != nil { // reservations too large for this set: drop them
@@ -174,11 +189,19 @@ func simRandomPolicy(src simSource) PolicyConfig {
 		Explicit:      map[string]int{"x": 4},
 	}
 	m2 := &Profile{Classes: []ClassSpec{class("only", "f", "all")}, Buckets: []Bucket{{0, "all"}}, DefaultFamily: "f", Matrix: map[string][]int{"f": {0}}}
+	flat := func(name string) ClassSpec {
+		c := class(name, "", "")
+		c.QueuePolicy = []QueuePolicy{EDF, EDF, FCFS, WSPT}[src.intn(4)]
+		c.BusyWorkerRatio = 0
+		c.SLO = time.Duration(1+src.intn(10)) * time.Second
+		return c
+	}
+	m3 := &Profile{Flat: true, Classes: []ClassSpec{flat("fast"), flat("slow")}, Explicit: map[string]int{"fast": 0, "slow": 1}, DefaultClass: src.intn(2)}
 	var frac *float64
 	if src.intn(2) == 0 {
 		frac = simF64(0.1)
 	}
-	return PolicyConfig{Root: root, Models: map[string]*Profile{"m2": m2}, Fallback: SyntheticProfile(frac, WSPT)}
+	return PolicyConfig{Root: root, Models: map[string]*Profile{"m2": m2, "m3": m3}, Fallback: SyntheticProfile(frac, WSPT)}
 }
 
 // randomWorkers picks a random subset of the pool.
@@ -237,7 +260,13 @@ func (d *simDriver) step() error {
 		}
 		return d.apply(acts, 0)
 	case op < 99:
-		d.s.Route([]string{"m1", "m2", "ghost"}[src.intn(3)])
+		if src.intn(2) == 0 {
+			d.s.Route([]string{"m1", "m2", "ghost"}[src.intn(3)])
+			break
+		}
+		if id, ok := d.pick(simInFlight); ok {
+			return d.apply(d.s.Usage(d.now, id, uint64(src.intn(3000)), uint64(src.intn(3000))), 0)
+		}
 	default:
 		switch {
 		case !d.drained && src.intn(20) == 0:
@@ -296,8 +325,9 @@ func (d *simDriver) submit() error {
 	id := d.nextID
 	r := Request{
 		ID:           id,
-		Model:        []string{"m1", "m1", "m2", "ghost"}[src.intn(4)],
-		Class:        []string{"", "std", "lat", "x", "s_u", "nope"}[src.intn(6)],
+		Model:        []string{"m1", "m1", "m2", "m3", "ghost"}[src.intn(5)],
+		Class:        []string{"", "std", "lat", "x", "s_u", "nope", "fast", "slow"}[src.intn(8)],
+		Tenant:       []string{"t1", "t2", "t3", "t4"}[src.intn(4)],
 		Priority:     Priority(src.intn(5)), // 4 is out of range on purpose
 		PriorityJump: float64(src.intn(5) - 1),
 		ISL:          uint64(src.intn(3000)),
@@ -315,6 +345,9 @@ func (d *simDriver) submit() error {
 		r.Pin = &Pin{Worker: fmt.Sprintf("w%d", src.intn(6)), Rank: uint32(src.intn(5)), HasRank: src.intn(3) > 0}
 	}
 	r.FairnessKey = []string{"", "t1", "t2", "t3", "t4"}[src.intn(5)]
+	if src.intn(4) == 0 {
+		r.Arrival = d.now.Add(-time.Duration(src.intn(12000)) * time.Millisecond)
+	}
 	d.status[id] = simPending
 	warming, waiting, capacity := d.s.warming, d.s.wait, d.s.capacity
 	acts := d.s.Submit(d.now, r)
@@ -448,7 +481,7 @@ func (d *simDriver) check() error {
 	for id, st := range d.status {
 		e := s.entries[id]
 		switch {
-		case st == simQueued && (e == nil || e.state != stateQueued),
+		case st == simQueued && (e == nil || (e.state != stateQueued && e.state != stateParked)),
 			st == simInFlight && (e == nil || e.state != stateInFlight),
 			st == simEnded && e != nil:
 			return fmt.Errorf("request %d: driver status %d, scheduler entry %v", id, st, e != nil)
@@ -506,7 +539,7 @@ func (d *simDriver) finish() error {
 		if progressed {
 			continue
 		}
-		if d.s.queuedTotal == 0 {
+		if d.s.queuedTotal == 0 && d.s.adm.parked.n == 0 {
 			break
 		}
 		d.now = d.now.Add(time.Hour)
@@ -554,8 +587,22 @@ func simInvariants(s *Scheduler) error {
 		byPrio         [NumPriorities]uint32
 	}
 	sums := map[classKey]*classSum{}
-	preemptible, unservable := 0, 0
+	preemptible, unservable, parked, tokens, deadlines := 0, 0, uint32(0), uint32(0), 0
 	for id, e := range s.entries {
+		if e.flags&flagToken != 0 {
+			tokens++
+		}
+		if e.dpos >= 0 {
+			deadlines++
+			if e.state != stateQueued || e.spec().SLO == 0 || s.deadlines[e.dpos] != (*deadlineItem)(e) {
+				return fmt.Errorf("entry %d in the deadline heap in state %d", id, e.state)
+			}
+			if s.now > e.deadline {
+				return fmt.Errorf("entry %d queued past its deadline %v at %v", id, e.deadline, s.now)
+			}
+		} else if e.state == stateQueued && e.spec().SLO > 0 {
+			return fmt.Errorf("queued entry %d of an SLO class not in the deadline heap", id)
+		}
 		if e.id != id {
 			return fmt.Errorf("entry %d filed under %d", e.id, id)
 		}
@@ -604,11 +651,22 @@ func simInvariants(s *Scheduler) error {
 			l.prefill += e.prefill
 			l.blocks += s.blocksOf(e.isl)
 			l.requests++
+		case stateParked:
+			parked++
+			if e.park == nil || e.mq != nil || e.flags&flagToken != 0 {
+				return fmt.Errorf("parked entry %d: request %v, queue %v, flags %b", id, e.park != nil, e.mq != nil, e.flags)
+			}
 		case stateNone:
 			fallthrough
 		default:
 			return fmt.Errorf("entry %d in state %d", id, e.state)
 		}
+	}
+	if err := admissionInvariants(s, parked, tokens); err != nil {
+		return err
+	}
+	if deadlines != len(s.deadlines) {
+		return fmt.Errorf("%d entries with a deadline, heap of %d", deadlines, len(s.deadlines))
 	}
 	if unservable != s.unservable {
 		return fmt.Errorf("%d queued entries without an eligible worker, counter %d", unservable, s.unservable)
@@ -783,4 +841,35 @@ func FuzzScheduler(f *testing.F) {
 			t.Fatalf("finish: %v", err)
 		}
 	})
+}
+
+// admissionInvariants checks SMG's bucket: waiters are linked in order and
+// none could take a token, tokens held are counted, and a legacy bucket
+// without refill holds exactly the tokens nobody holds.
+func admissionInvariants(s *Scheduler, parked, tokens uint32) error {
+	a := &s.adm
+	var n uint32
+	for e := a.parked.head; e != nil; e = e.next {
+		n++
+		if e.state != stateParked || (e.next != nil && e.next.enq < e.enq) {
+			return fmt.Errorf("admission queue holds %d in state %d out of order", e.id, e.state)
+		}
+	}
+	b := a.bucket
+	switch {
+	case n != parked || n != a.parked.n:
+		return fmt.Errorf("admission queue: %d linked, %d counted, %d parked", n, a.parked.n, parked)
+	case tokens != a.holding || (!a.legacy && tokens != 0):
+		return fmt.Errorf("%d entries hold a token, counter %d (legacy %v)", tokens, a.holding, a.legacy)
+	case n > 0 && !s.draining && b.has(s.now, 1):
+		return fmt.Errorf("%d waiters while the bucket holds %v", n, b.level)
+	case b.level > b.capacity+bucketSlack:
+		return fmt.Errorf("bucket level %v over capacity %v", b.level, b.capacity)
+	case a.on && a.legacy && b.rate == 0 && math.Abs(b.level+float64(a.holding)-b.capacity) > 1e-6:
+		return fmt.Errorf("bucket level %v + held %d != capacity %v", b.level, a.holding, b.capacity)
+	}
+	if bs := s.budgets; bs != nil && len(bs.scopes) > bs.max {
+		return fmt.Errorf("%d budget scopes over the bound %d", len(bs.scopes), bs.max)
+	}
+	return nil
 }

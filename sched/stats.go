@@ -20,6 +20,12 @@ func (s *Scheduler) Stats() Stats {
 		Promotions:  s.promotions,
 		Seeded:      uint32(min(s.seeded, math.MaxUint32)),
 		Warming:     s.warming,
+		Admission:   s.adm.stats,
+	}
+	st.Admission.Waiting, st.Admission.Holding = s.adm.parked.n, s.adm.holding
+	if s.budgets != nil {
+		st.Budgets = s.budgets.stats
+		st.Budgets.Scopes = len(s.budgets.scopes)
 	}
 	if s.capacity > 0 {
 		st.Utilization = float64(s.inFlightTotal) / float64(s.capacity)
@@ -41,6 +47,7 @@ func (s *Scheduler) Stats() Stats {
 				ISLTokens:    isl,
 				CachedTokens: cached,
 				Backpressure: mq.backpressure[i],
+				Expired:      mq.expired[i],
 				Deficit:      mq.ring.deficit(i),
 			})
 			mq.ring.flowStats(i, &st.Queues[len(st.Queues)-1])

@@ -86,6 +86,12 @@ type Request struct {
 	// worker set is ignored. Empty means every worker. The scheduler copies
 	// it.
 	AllowedWorkers []string
+	// Tenant is the request's canonical tenant key; the tenant budgets
+	// (Config.TenantBudgets) are kept per tenant.
+	Tenant string
+	// Arrival is when the request reached tollgate; the zero value means
+	// the Submit time. A flat policy class's deadline counts from it.
+	Arrival time.Time
 	// FairnessKey names the request's flow inside its lane when
 	// Config.Fairness is enabled (the tenant or fairness-id); ignored
 	// otherwise. The scheduler keeps a reference while the request is
@@ -159,6 +165,24 @@ const (
 	// queued (its client went away); Release reports it with its Wait, to
 	// be counted only: there is nobody to answer.
 	OutcomeClientCancelled
+	// OutcomeRateLimited: SMG's request-rate check before priority
+	// admission found its bucket empty (429 scheduler_queue_full).
+	OutcomeRateLimited
+	// OutcomeAdmissionFull: SMG's legacy admission had no token and no
+	// room to wait (429 admission_queue_full). Message has the upstream text.
+	OutcomeAdmissionFull
+	// OutcomeAdmissionTimeout: waited --queue-timeout-secs in SMG's legacy
+	// admission queue (503 admission_queue_timeout).
+	OutcomeAdmissionTimeout
+	// OutcomeTenantRateLimited: a tenant budget cannot afford the request
+	// (429 tenant_rate_limit_exceeded); RetryAfter says when it could.
+	OutcomeTenantRateLimited
+	// OutcomeDeadlineExceeded: a flat policy class's SLO deadline passed
+	// (529 Overloaded); Stage, SLO and Overdue say where and by how much.
+	OutcomeDeadlineExceeded
+	// OutcomeUnknownClass: a flat profile has no class of the requested
+	// name (400).
+	OutcomeUnknownClass
 	// NumOutcomes counts the outcomes (a sentinel, not an outcome).
 	NumOutcomes
 )
@@ -166,6 +190,8 @@ const (
 var outcomeNames = [NumOutcomes]string{
 	"unknown", "admitted", "queue_full", "queue_timeout", "class_limit",
 	"no_endpoints", "pin_invalid", "preempted", "shutdown", "client_cancelled",
+	"rate_limited", "admission_full", "admission_timeout", "tenant_rate_limited",
+	"deadline_exceeded", "unknown_class",
 }
 
 // String returns the outcome's stable snake_case name; out of range it
@@ -213,6 +239,34 @@ func (k LimitKind) Reason() string {
 	return "limit_kind(" + strconv.Itoa(int(k)) + ")"
 }
 
+// DeadlineStage names where a flat policy class's deadline was found
+// passed, as Dynamo names its stages.
+type DeadlineStage uint8
+
+// Deadline stages. tollgate has no parked custom-admission work, so it
+// never reports Dynamo's deferred_wake.
+const (
+	StageNone DeadlineStage = iota
+	// StageAdmission: the request was already late when it would have
+	// entered its queue (it waited in SMG's admission queue, or arrived late).
+	StageAdmission
+	// StageDispatch: the request reached its deadline while queued.
+	StageDispatch
+	// NumDeadlineStages counts the stages (a sentinel, not a stage).
+	NumDeadlineStages
+)
+
+var deadlineStageNames = [NumDeadlineStages]string{"none", "admission", "dispatch"}
+
+// String returns the stage label of Dynamo's
+// dynamo_frontend_router_queue_deadline_expired_total.
+func (g DeadlineStage) String() string {
+	if g < NumDeadlineStages {
+		return deadlineStageNames[g]
+	}
+	return "deadline_stage(" + strconv.Itoa(int(g)) + ")"
+}
+
 // Action is one thing the shell must do as a result of a call.
 type Action struct {
 	Kind ActionKind
@@ -239,9 +293,18 @@ type Action struct {
 	LimitKind    LimitKind
 	LimitCurrent uint64
 	LimitValue   uint64
-	// Message explains OutcomeNoEndpoints and OutcomePinInvalid, with the
-	// upstream error text.
+	// Message explains OutcomeNoEndpoints, OutcomePinInvalid and
+	// OutcomeAdmissionFull, with the upstream error text.
 	Message string
+	// Deadline details for OutcomeDeadlineExceeded: the stage, the class's
+	// SLO and how far past the deadline the request was.
+	Stage   DeadlineStage
+	SLO     time.Duration
+	Overdue time.Duration
+	// RetryAfter is, for OutcomeTenantRateLimited, when the budgets could
+	// afford the request; 0 when waiting cannot help (the ask exceeds a
+	// budget's capacity).
+	RetryAfter time.Duration
 	// Preemptible is set on a dispatch that can still be preempted until
 	// its first token: priority admission is on and some class above the
 	// request's may preempt. The shell holds such a request's response
@@ -306,6 +369,34 @@ type Config struct {
 	// Fairness turns on flows inside lanes (fair share between the keys
 	// of one policy class); the zero value keeps Dynamo's lanes.
 	Fairness FairnessConfig
+	// Admission is SMG's request bucket: the rate check with priority
+	// admission, the legacy admission without it. The zero value has none.
+	Admission AdmissionConfig
+	// TenantBudgets, when non-nil, holds every tenant to its token and
+	// request budgets.
+	TenantBudgets *TenantBudgets
+	// MaxBudgetScopes bounds the tenant budgets tracked at once; 0 means
+	// DefaultMaxBudgetScopes.
+	MaxBudgetScopes int
+}
+
+// AdmissionConfig is SMG's request bucket (--max-concurrent-requests,
+// --rate-limit-tokens-per-second, --queue-size, --queue-timeout-secs).
+type AdmissionConfig struct {
+	// Capacity is the bucket's size; 0 means no bucket. With priority
+	// admission on the bucket exists only when RatePerSecond is positive
+	// too: it is then a pure request-rate check (burst Capacity, refill
+	// RatePerSecond, tokens never returned). Without priority admission it
+	// is SMG's legacy admission: a request holds a token until it ends,
+	// and RatePerSecond also refills the bucket.
+	Capacity uint32
+	// RatePerSecond refills the bucket; 0 means no refill.
+	RatePerSecond uint32
+	// QueueSize is how many requests may wait for a legacy token, in
+	// arrival order; 0 means none wait.
+	QueueSize uint32
+	// QueueTimeout is the longest legacy wait (> 0 when QueueSize > 0).
+	QueueTimeout time.Duration
 }
 
 // DefaultSelection returns Dynamo's defaults: prefill_load_scale 1.0,
