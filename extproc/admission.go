@@ -48,6 +48,9 @@ type admissionEnv interface {
 	// firstToken tells the scheduler an admitted request produced its
 	// first token: its prefill is done and it can no longer be preempted.
 	firstToken(id uint64)
+	// usage tells the scheduler the tokens the worker reported, which
+	// settle the tenant's budget.
+	usage(id, prompt, completion uint64)
 }
 
 // admission is one request's side of the scheduler. It owns the only path
@@ -120,6 +123,13 @@ func (a *admission) reportFirstToken() {
 	}
 	a.firstToken = true
 	a.env.firstToken(a.id)
+}
+
+// reportUsage reports the worker's usage of an admitted request.
+func (a *admission) reportUsage(prompt, completion int) {
+	if a.state == admissionInFlight {
+		a.env.usage(a.id, uint64(max(0, prompt)), uint64(max(0, completion)))
+	}
 }
 
 // release tells the scheduler the request is over, when anything is owed.

@@ -2,10 +2,13 @@ package extproc
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -15,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/policy"
 )
 
 // reason names one row of the rejection table. Every HTTP answer tollgate
@@ -50,6 +54,15 @@ const (
 	reasonBodyTooLarge
 	// reasonHeadersTooLarge: headers over the header or metadata limits.
 	reasonHeadersTooLarge
+	// reasonAdmissionFull, reasonAdmissionTimeout: SMG's legacy admission.
+	reasonAdmissionFull
+	reasonAdmissionTimeout
+	// reasonTenantRateLimited: a tenant budget cannot afford the request.
+	reasonTenantRateLimited
+	// reasonDeadlineExceeded: a flat policy class's SLO deadline passed (529).
+	reasonDeadlineExceeded
+	// reasonUnknownClass: no flat policy class of the requested name.
+	reasonUnknownClass
 	numReasons
 )
 
@@ -64,6 +77,8 @@ const (
 	shapeOpenAI
 	// shapeDynamoOverload: Dynamo's 529 queue-limit body.
 	shapeDynamoOverload
+	// shapeDynamoDeadline: Dynamo's 529 deadline body.
+	shapeDynamoDeadline
 )
 
 // answerRow is one row of the table.
@@ -91,6 +106,11 @@ var answerTable = [numReasons]answerRow{
 	reasonBadRequest:      {status: http.StatusBadRequest, code: "invalid_request", message: "invalid request", shape: shapeOpenAI},
 	reasonBodyTooLarge:    {status: http.StatusRequestEntityTooLarge, code: "request_too_large", message: "request body is too large", shape: shapeOpenAI},
 	reasonHeadersTooLarge: {status: http.StatusRequestHeaderFieldsTooLarge, code: "request_headers_too_large", message: "request headers are too large", shape: shapeSMG},
+	reasonAdmissionFull:     {status: http.StatusTooManyRequests, code: "admission_queue_full", message: "admission queue is at capacity", retryAfter: "2", shape: shapeSMG},
+	reasonAdmissionTimeout:  {status: http.StatusServiceUnavailable, code: "admission_queue_timeout", message: "timed out waiting for an admission slot", retryAfter: "2", shape: shapeSMG},
+	reasonTenantRateLimited: {status: http.StatusTooManyRequests, code: "tenant_rate_limit_exceeded", message: "Tenant rate limit exceeded for this request", shape: shapeSMG},
+	reasonDeadlineExceeded:  {status: 529, code: "Overloaded", shape: shapeDynamoDeadline},
+	reasonUnknownClass:      {status: http.StatusBadRequest, code: "unknown_policy_class", message: "unknown router policy class", shape: shapeOpenAI},
 }
 
 // rejection is one answer to give: a reason plus the details its body needs.
@@ -108,11 +128,16 @@ type rejection struct {
 	// status replaces the row's HTTP status when set (the operator's
 	// choice for per-worker queue limits, Config.ClassLimitStatus).
 	status int
-	// Dynamo queue-limit details.
+	// retryAfter replaces the row's Retry-After when set.
+	retryAfter string
+	// Dynamo queue-limit and deadline details.
 	policyClass string
 	limitKind   sched.LimitKind
 	current     uint64
 	limit       uint64
+	stage       sched.DeadlineStage
+	slo         time.Duration
+	overdue     time.Duration
 }
 
 // String describes the rejection for logs.
@@ -134,9 +159,13 @@ func (r *rejection) code() string { return answerTable[r.reason].code }
 
 // text is the message the body carries.
 func (r *rejection) text() string {
-	if r.reason == reasonClassLimit {
+	switch r.reason {
+	case reasonClassLimit:
 		return fmt.Sprintf("router policy class %q queue %s limit reached (current=%d, limit=%d)",
 			r.policyClass, r.limitKind, r.current, r.limit)
+	case reasonDeadlineExceeded:
+		return fmt.Sprintf("router policy class %q deadline exceeded at %s (slo=%dms, overdue=%dms)",
+			r.policyClass, r.stage, r.slo.Milliseconds(), r.overdue.Milliseconds())
 	}
 	if r.message != "" {
 		return r.message
@@ -155,7 +184,7 @@ func modelNotFound(model string) *rejection {
 func rejectionFor(a *sched.Action) (*rejection, bool) {
 	var r rejection
 	switch a.Outcome {
-	case sched.OutcomeQueueFull:
+	case sched.OutcomeQueueFull, sched.OutcomeRateLimited:
 		r.reason = reasonQueueFull
 	case sched.OutcomeQueueTimeout:
 		r.reason = reasonQueueTimeout
@@ -169,6 +198,19 @@ func rejectionFor(a *sched.Action) (*rejection, bool) {
 		r = rejection{reason: reasonPinInvalid, message: a.Message}
 	case sched.OutcomeShutdown:
 		r.reason = reasonShutdown
+	case sched.OutcomeAdmissionFull:
+		r = rejection{reason: reasonAdmissionFull, message: a.Message}
+	case sched.OutcomeAdmissionTimeout:
+		r.reason = reasonAdmissionTimeout
+	case sched.OutcomeTenantRateLimited:
+		r.reason = reasonTenantRateLimited
+		if a.RetryAfter > 0 {
+			r.retryAfter = strconv.FormatInt(int64(a.RetryAfter/time.Second), 10)
+		}
+	case sched.OutcomeDeadlineExceeded:
+		r = rejection{reason: reasonDeadlineExceeded, policyClass: a.PolicyClass, stage: a.Stage, slo: a.SLO, overdue: a.Overdue}
+	case sched.OutcomeUnknownClass:
+		r = rejection{reason: reasonUnknownClass, param: policy.HeaderPolicyClass}
 	case sched.OutcomeUnknown, sched.OutcomeAdmitted, sched.OutcomeClientCancelled:
 		return nil, false
 	default: // an outcome this table does not know yet
@@ -181,8 +223,8 @@ func rejectionFor(a *sched.Action) (*rejection, bool) {
 func (r *rejection) immediate() *extprocv3.ImmediateResponse {
 	row := answerTable[r.reason]
 	hdrs := []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
-	if row.retryAfter != "" {
-		hdrs = append(hdrs, setHeader("retry-after", row.retryAfter))
+	if ra := cmp.Or(r.retryAfter, row.retryAfter); ra != "" {
+		hdrs = append(hdrs, setHeader("retry-after", ra))
 	}
 	if row.shape == shapeSMG {
 		hdrs = append(hdrs, setHeader("x-smg-error-code", row.code))
@@ -210,6 +252,14 @@ func (r *rejection) body() []byte {
 			Type:    "Overloaded",
 			Code:    r.httpStatus(),
 			Details: dynamoOverloadDetails{PolicyClass: r.policyClass, LimitKind: r.limitKind.String(), Current: r.current, Limit: r.limit},
+		}
+	case shapeDynamoDeadline:
+		v = dynamoOverload{
+			Message: r.text(),
+			Type:    "Overloaded",
+			Code:    r.httpStatus(),
+			Details: dynamoDeadlineDetails{PolicyClass: r.policyClass, Stage: r.stage.String(),
+				SLOMillis: uint64(r.slo.Milliseconds()), OverdueMillis: uint64(max(0, r.overdue.Milliseconds()))},
 		}
 	case shapeOpenAI:
 		e := openai.Error{Status: row.status, Message: r.text(), Param: r.param, Type: r.errType, Code: r.errCode}
@@ -250,12 +300,20 @@ type smgError struct {
 	Model   *string `json:"model,omitempty"`
 }
 
-// dynamoOverload is Dynamo's HTTP 529 body for a queue-limit rejection.
+// dynamoOverload is Dynamo's HTTP 529 body for a queue-limit rejection
+// or a missed deadline.
 type dynamoOverload struct {
-	Message string                `json:"message"`
-	Type    string                `json:"type"`
-	Code    int                   `json:"code"`
-	Details dynamoOverloadDetails `json:"details"`
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    int    `json:"code"`
+	Details any    `json:"details"`
+}
+
+type dynamoDeadlineDetails struct {
+	PolicyClass   string `json:"policy_class"`
+	Stage         string `json:"stage"`
+	SLOMillis     uint64 `json:"slo_ms"`
+	OverdueMillis uint64 `json:"overdue_ms"`
 }
 
 type dynamoOverloadDetails struct {

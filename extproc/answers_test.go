@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -78,6 +79,31 @@ func TestAnswerTable(t *testing.T) {
 			headers: map[string]string{"content-type": "application/json", "x-smg-error-code": "request_headers_too_large"},
 			body:    `{"error":{"type":"invalid_request_error","code":"request_headers_too_large","message":"request headers exceed the limit of 65536 bytes","param":null}}`,
 		},
+		{
+			name: "admission queue full", r: mustReject(t, &sched.Action{Outcome: sched.OutcomeAdmissionFull, Message: "concurrency limit reached and queuing is disabled"}), status: 429,
+			headers: map[string]string{"content-type": "application/json", "retry-after": "2", "x-smg-error-code": "admission_queue_full"},
+			body:    `{"error":{"type":"rate_limit_error","code":"admission_queue_full","message":"concurrency limit reached and queuing is disabled","param":null}}`,
+		},
+		{
+			name: "admission queue timeout", r: mustReject(t, &sched.Action{Outcome: sched.OutcomeAdmissionTimeout}), status: 503,
+			headers: map[string]string{"content-type": "application/json", "retry-after": "2", "x-smg-error-code": "admission_queue_timeout"},
+			body:    `{"error":{"type":"service_unavailable_error","code":"admission_queue_timeout","message":"timed out waiting for an admission slot","param":null}}`,
+		},
+		{
+			name: "tenant rate limit", r: mustReject(t, &sched.Action{Outcome: sched.OutcomeTenantRateLimited, RetryAfter: 51 * time.Second}), status: 429,
+			headers: map[string]string{"content-type": "application/json", "retry-after": "51", "x-smg-error-code": "tenant_rate_limit_exceeded"},
+			body:    `{"error":{"type":"rate_limit_error","code":"tenant_rate_limit_exceeded","message":"Tenant rate limit exceeded for this request","param":null}}`,
+		},
+		{
+			name: "dynamo deadline", r: mustReject(t, &sched.Action{Outcome: sched.OutcomeDeadlineExceeded, PolicyClass: "latency", Stage: sched.StageDispatch, SLO: 3 * time.Second, Overdue: 1500 * time.Millisecond}), status: 529,
+			headers: map[string]string{"content-type": "application/json"},
+			body:    `{"message":"router policy class \"latency\" deadline exceeded at dispatch (slo=3000ms, overdue=1500ms)","type":"Overloaded","code":529,"details":{"policy_class":"latency","stage":"dispatch","slo_ms":3000,"overdue_ms":1500}}`,
+		},
+		{
+			name: "unknown policy class", r: mustReject(t, &sched.Action{Outcome: sched.OutcomeUnknownClass}), status: 400,
+			headers: map[string]string{"content-type": "application/json"},
+			body:    `{"error":{"message":"unknown router policy class","type":"invalid_request_error","param":"x-dynamo-meta-policy-class","code":"unknown_policy_class"}}`,
+		},
 	}
 	seen := map[reason]bool{}
 	for _, tt := range tests {
@@ -114,6 +140,24 @@ func TestAnswerTable(t *testing.T) {
 	}
 }
 
+// mustReject is rejectionFor of an answered outcome.
+func mustReject(t *testing.T, a *sched.Action) *rejection {
+	t.Helper()
+	r, ok := rejectionFor(a)
+	if !ok {
+		t.Fatalf("outcome %s is not answered", a.Outcome)
+	}
+	return r
+}
+
+// A tenant denial that waiting cannot help carries no Retry-After.
+func TestAnswerTable_TenantDenialWithoutWait(t *testing.T) {
+	ir := mustReject(t, &sched.Action{Outcome: sched.OutcomeTenantRateLimited}).immediate()
+	if _, ok := headerMap(ir.GetHeaders())["retry-after"]; ok {
+		t.Fatal("retry-after on a denial no wait can help")
+	}
+}
+
 func TestRejectionFor_MapsEveryAnsweredOutcome(t *testing.T) {
 	want := map[sched.Outcome]reason{
 		sched.OutcomeQueueFull:    reasonQueueFull,
@@ -123,6 +167,13 @@ func TestRejectionFor_MapsEveryAnsweredOutcome(t *testing.T) {
 		sched.OutcomeNoEndpoints:  reasonNoEndpoints,
 		sched.OutcomePinInvalid:   reasonPinInvalid,
 		sched.OutcomeShutdown:     reasonShutdown,
+
+		sched.OutcomeRateLimited:       reasonQueueFull,
+		sched.OutcomeAdmissionFull:     reasonAdmissionFull,
+		sched.OutcomeAdmissionTimeout:  reasonAdmissionTimeout,
+		sched.OutcomeTenantRateLimited: reasonTenantRateLimited,
+		sched.OutcomeDeadlineExceeded:  reasonDeadlineExceeded,
+		sched.OutcomeUnknownClass:      reasonUnknownClass,
 	}
 	for o := sched.OutcomeUnknown; o < sched.NumOutcomes; o++ {
 		r, ok := rejectionFor(&sched.Action{Outcome: o})

@@ -25,6 +25,7 @@ type scheduler interface {
 	NextDeadline() (time.Time, bool)
 	RouteIn(model string, allowed []string) (worker string, rank uint32, ok bool)
 	Served(now time.Time, id uint64, worker string, rank uint32) []sched.Action
+	Usage(now time.Time, id uint64, promptTokens, completionTokens uint64) []sched.Action
 	Stats() sched.Stats
 }
 
@@ -115,6 +116,7 @@ const (
 	evRoute
 	evEngine
 	evServed
+	evUsage
 )
 
 // event is one message to the dispatcher.
@@ -132,6 +134,8 @@ type event struct {
 	// evServed: the worker and rank that served request id.
 	worker string
 	rank   uint32
+	// evUsage: the prompt and completion tokens the worker reported.
+	prompt, completion uint64
 	// evSubmit and evRoute: the request's endpoint subset, nil for none.
 	subset *subset
 	// evEngine.
@@ -275,6 +279,8 @@ func (d *dispatcher) handle(ev event) {
 		d.deliver(d.sch.ReportLoad(now, ev.loads))
 	case evServed:
 		d.deliver(d.sch.Served(now, ev.id, ev.worker, ev.rank))
+	case evUsage:
+		d.deliver(d.sch.Usage(now, ev.id, ev.prompt, ev.completion))
 	case evStats:
 		ev.reply <- reply{stats: d.sch.Stats(), ok: true}
 	case evRoute:

@@ -107,6 +107,11 @@ func (f *fakeScheduler) Served(_ time.Time, id uint64, worker string, rank uint3
 	return nil
 }
 
+func (f *fakeScheduler) Usage(_ time.Time, id, prompt, completion uint64) []sched.Action {
+	f.record(fmt.Sprintf("usage %d %d+%d", id, prompt, completion))
+	return nil
+}
+
 func (f *fakeScheduler) Stats() sched.Stats { return sched.Stats{Capacity: 7} }
 
 // runDispatcher runs a dispatcher over f until the test ends. Call it

@@ -337,6 +337,9 @@ func (x *exchange) onDecided(now time.Time, n notice) step {
 	}
 	a := &x.adm.decision.action
 	if a.Kind != sched.ActionDispatch {
+		if a.Outcome == sched.OutcomeTenantRateLimited {
+			x.deps.metrics.tenantLimited.WithLabelValues(x.deps.metrics.tenants.Label(x.who.Tenant)).Inc()
+		}
 		rej, ok := rejectionFor(a)
 		switch {
 		case x.adm.decision.unknownModel:
@@ -389,7 +392,7 @@ func (x *exchange) onShutdown(now time.Time) step {
 // reject answers the request with an ImmediateResponse and ends the
 // exchange.
 func (x *exchange) reject(now time.Time, r *rejection) step {
-	if r.reason == reasonClassLimit {
+	if r.reason == reasonClassLimit || r.reason == reasonDeadlineExceeded {
 		r.status = x.cfg.ClassLimitStatus
 	}
 	x.stage = stageOver

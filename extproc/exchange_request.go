@@ -199,6 +199,7 @@ func (x *exchange) complete(now time.Time) step {
 		return x.reject(now, fromIntake(rej))
 	}
 	x.plan = pl
+	pl.Req.Arrival = x.start // a flat policy class's deadline counts from here
 	if !x.duplex() {
 		x.body = nil // only FULL_DUPLEX_STREAMED sends the body back
 	}

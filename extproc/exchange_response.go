@@ -183,12 +183,14 @@ func (x *exchange) releaseResponse() []*extprocv3.ProcessingResponse {
 // finishResponse releases a completed request and compares the estimates
 // with the worker's usage.
 func (x *exchange) finishResponse() {
-	x.adm.release()
 	x.compareUsage()
+	x.adm.release()
 }
 
 // compareUsage compares the prompt and cached-token estimates with the
-// usage the worker reported, once, and calibrates the tokenizer.
+// usage the worker reported, once, and calibrates the tokenizer; with
+// tenant budgets the usage settles the tenant's reservation. Call it
+// before the release.
 func (x *exchange) compareUsage() {
 	if x.compared || x.plan == nil || x.resp != responseWorker {
 		return
@@ -196,5 +198,8 @@ func (x *exchange) compareUsage() {
 	if u := x.usage.Usage(); u.Found {
 		x.compared = true
 		x.deps.planner.ObserveUsage(x.plan, x.adm.decision.action.Cached, u)
+		if x.cfg.Sched.TenantBudgets != nil {
+			x.adm.reportUsage(u.PromptTokens, u.CompletionTokens)
+		}
 	}
 }

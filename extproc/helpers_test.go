@@ -126,6 +126,7 @@ func (f *fakeEnv) route(model string, sub *subset) (fleet.Target, bool, error) {
 
 func (f *fakeEnv) release(id uint64)        { f.notes = append(f.notes, note{evRelease, id}) }
 func (f *fakeEnv) firstToken(id uint64)     { f.notes = append(f.notes, note{evFirstToken, id}) }
+func (f *fakeEnv) usage(id, _, _ uint64)    { f.notes = append(f.notes, note{evUsage, id}) }
 func (f *fakeEnv) context() context.Context { return context.Background() }
 
 func (f *fakeEnv) routed(_ time.Time, worker string, _ *intake.Plan) {

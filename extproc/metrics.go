@@ -50,6 +50,8 @@ type metrics struct {
 	// come from tenants or a header), like tenants.
 	flows       *schedmetrics.Labels
 	servedFlows *prometheus.CounterVec
+	// tenantLimited counts the tenant budgets' denials by tenant.
+	tenantLimited *prometheus.CounterVec
 }
 
 func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metrics {
@@ -62,6 +64,10 @@ func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metr
 			Name: "tollgate_fairness_served_tokens_total",
 			Help: "Uncached prompt tokens dispatched, by model, Dynamo policy class and fairness key (flow); only with --fairness tenant or header. The first top-N keys keep their label, the rest are \"other\".",
 		}, []string{"model", "policy_class", "flow"}),
+		tenantLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_tenant_rate_limited_total",
+			Help: "Requests denied by their tenant's token or request budget (--tenant-rate-limit-config), by tenant. The first top-N tenants keep their label, the rest are \"other\".",
+		}, []string{"tenant"}),
 		smgQueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "smg_scheduler_queue_wait_seconds",
 			Help:    "Time requests that queued spent waiting, by effective priority class, recorded when they left the queue.",
@@ -103,7 +109,7 @@ func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metr
 	// and CPU, which held-request sizing depends on.
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.smgQueueWait, m.decisionLatency, m.admission,
-		m.queueWait, m.rejections, m.budgetExpired, m.envoyReplies, m.sourceAddressMissing, m.servedFlows,
+		m.queueWait, m.rejections, m.budgetExpired, m.envoyReplies, m.sourceAddressMissing, m.servedFlows, m.tenantLimited,
 		schedmetrics.NewCollector(stats, m.flows))
 	return m
 }

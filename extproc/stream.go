@@ -82,6 +82,10 @@ func (e *streamEnv) firstToken(id uint64) {
 	_ = e.s.disp.send(context.Background(), event{kind: evFirstToken, id: id})
 }
 
+func (e *streamEnv) usage(id, prompt, completion uint64) {
+	_ = e.s.disp.send(context.Background(), event{kind: evUsage, id: id, prompt: prompt, completion: completion})
+}
+
 func (e *streamEnv) served(id uint64, worker string, rank uint32) {
 	_ = e.s.disp.send(context.Background(), event{kind: evServed, id: id, worker: worker, rank: rank})
 }

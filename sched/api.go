@@ -40,7 +40,7 @@ type Stats struct {
 	// Admission counts SMG's request bucket decisions; Budgets the tenant
 	// budgets' (zero when off).
 	Admission AdmissionStats
-	Budgets   BudgetStats
+	Budgets   *BudgetStats
 }
 
 // QueueStats describes one Dynamo policy-class queue.
@@ -53,7 +53,9 @@ type QueueStats struct {
 	CachedTokens uint64
 	// Backpressure counts rejections by LimitKind (LimitNone stays 0).
 	Backpressure [NumLimitKinds]uint64
-	// Expired counts deadline sheds by DeadlineStage (StageNone stays 0).
+	// SLO is the class's deadline (0: none); Expired counts its deadline
+	// sheds by DeadlineStage (StageNone stays 0).
+	SLO     time.Duration
 	Expired [NumDeadlineStages]uint64
 	// Deficit is the class's DRR deficit.
 	Deficit uint64

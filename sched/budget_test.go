@@ -39,7 +39,7 @@ func TestBudget_TokensAndRequests(t *testing.T) {
 	h.want("an ask over the capacity never fits", h.submit(tenantReq(6, "ip:10.0.0.3", "m", 601)), "reject 6 tenant_rate_limited")
 	h.at(30 * time.Second)
 	h.want("30 s later: one request and 300 tokens back", h.submit(tenantReq(7, "ip:10.0.0.1", "m", 300)), "dispatch 7 w/0")
-	if st := h.s.Stats().Budgets; st.Allowed != 4 || st.Denied != 3 || st.Scopes != 3 {
+	if st := *h.s.Stats().Budgets; st.Allowed != 4 || st.Denied != 3 || st.Scopes != 3 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -85,7 +85,7 @@ func TestBudget_BoundedScopes(t *testing.T) {
 	h.submit(tenantReq(4, "ip:10.0.0.3", "m", 1)) // forgets ip 2, the least recently used
 	h.want("ip 1 was used last: still out", h.submit(tenantReq(5, "ip:10.0.0.1", "m", 1)), "reject 5 tenant_rate_limited retry 1s")
 	h.want("ip 2 starts over", h.submit(tenantReq(6, "ip:10.0.0.2", "m", 600)), "dispatch 6 w/0")
-	if st := h.s.Stats().Budgets; st.Scopes != 2 || st.Evicted != 2 {
+	if st := *h.s.Stats().Budgets; st.Scopes != 2 || st.Evicted != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 }

@@ -24,8 +24,9 @@ func (s *Scheduler) Stats() Stats {
 	}
 	st.Admission.Waiting, st.Admission.Holding = s.adm.parked.n, s.adm.holding
 	if s.budgets != nil {
-		st.Budgets = s.budgets.stats
-		st.Budgets.Scopes = len(s.budgets.scopes)
+		b := s.budgets.stats
+		b.Scopes = len(s.budgets.scopes)
+		st.Budgets = &b
 	}
 	if s.capacity > 0 {
 		st.Utilization = float64(s.inFlightTotal) / float64(s.capacity)
@@ -47,6 +48,7 @@ func (s *Scheduler) Stats() Stats {
 				ISLTokens:    isl,
 				CachedTokens: cached,
 				Backpressure: mq.backpressure[i],
+				SLO:          mq.profile.Classes[i].SLO,
 				Expired:      mq.expired[i],
 				Deficit:      mq.ring.deficit(i),
 			})

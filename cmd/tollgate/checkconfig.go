@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/sched/policy"
 )
 
 // runCheckConfig validates every file and flag the serving command would
@@ -18,7 +19,10 @@ func runCheckConfig(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, "check-config", args, stdout, stderr); err != nil {
 		return err
 	}
-	problems, warnings := checkConfig(&o)
+	problems, warnings, notes := checkConfig(&o)
+	for _, n := range notes {
+		fmt.Fprintln(stdout, n)
+	}
 	for _, w := range warnings {
 		fmt.Fprintf(stdout, "warning: %s\n", w)
 	}
@@ -33,15 +37,28 @@ func runCheckConfig(args []string, stdout, stderr io.Writer) error {
 }
 
 // checkConfig returns every problem with o, one message each, and the
-// warnings of a valid configuration.
-func checkConfig(o *options) (problems, warnings []string) {
+// warnings of a valid configuration and notes on what it read.
+func checkConfig(o *options) (problems, warnings, notes []string) {
 	st, err := o.build(slog.New(slog.DiscardHandler))
 	if err == nil {
 		warnings = st.warnings
+		if o.routerPolicyConfig != "" {
+			notes = append(notes, routerPolicyNote(o.routerPolicyConfig, st.cfg.Sched.Policy.Schema))
+		}
 		_, err = extproc.New(st.cfg, st.workers)
 		err = o.explainReservations(err)
 	}
-	return splitJoined(err), warnings
+	return splitJoined(err), warnings, notes
+}
+
+// routerPolicyNote says which generation the router policy file at path
+// was read as, with the key that tells it.
+func routerPolicyNote(path, schema string) string {
+	key := "default_policy_family"
+	if schema == policy.SchemaFlat {
+		key = "default_policy_class"
+	}
+	return fmt.Sprintf("router policy config %s: %s classes (%s)", path, schema, key)
 }
 
 // splitJoined flattens an errors.Join tree into one line per leaf error.

@@ -42,7 +42,7 @@ type options struct {
 	priorityConfig    string
 	defaultMaxClass   string
 	tenantMetricTopN  int
-	maxConcurrent     int
+	rateLimits        rateLimitOptions
 	tenantAPIKeys     stringList
 	tenantAPIKeysFile string
 	apiKey            string
@@ -139,7 +139,6 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.priorityConfig, "priority-scheduler-config", "", "SMG priority scheduler YAML (classes, tenant_policies)")
 	fs.StringVar(&o.defaultMaxClass, "priority-scheduler-default-max-class", "default", "priority ceiling of tenants not in tenant_policies")
 	fs.IntVar(&o.tenantMetricTopN, "priority-scheduler-tenant-metric-top-n", extproc.DefaultTenantMetricTopN, "distinct tenant label values in metrics; the rest are \"other\"")
-	fs.IntVar(&o.maxConcurrent, "max-concurrent-requests", -1, "SMG capacity while no worker is known, 1 to 65535 (negative: 1024)")
 	fs.Var(&o.tenantAPIKeys, "tenant-api-key", "tenant API key as ID:KEY (repeatable); requests then need a matching bearer token")
 	fs.StringVar(&o.tenantAPIKeysFile, "tenant-api-keys-file", "", "file of tenant API keys, one ID:KEY per line")
 	fs.StringVar(&o.apiKey, "api-key", "", "shared API key; its tenant is auth:<sha256 hex>")
@@ -164,6 +163,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	registerDiscoveryFlags(fs, &o.discovery)
 	registerEngineFlags(fs, &o.engine)
 	registerKVEventsFlags(fs, &o.kvEvents)
+	registerRateLimitFlags(fs, &o.rateLimits)
 	registerFairnessFlags(fs, &o.fairness)
 	registerPickerFlags(fs, &o.picker)
 	return fs
@@ -240,9 +240,6 @@ func (o *options) serverConfig(log *slog.Logger) (extproc.Config, error) {
 	if o.envoyMessageTimeout <= 0 {
 		add(fmt.Errorf("--envoy-message-timeout must be positive, got %v (Envoy's message_timeout, 1s when unset there)", o.envoyMessageTimeout))
 	}
-	if o.maxConcurrent == 0 || o.maxConcurrent > 65535 {
-		add(fmt.Errorf("--max-concurrent-requests must be between 1 and 65535 (negative: 1024), got %d", o.maxConcurrent))
-	}
 	if o.maxBodyBytes <= 0 {
 		add(fmt.Errorf("--max-body-bytes must be positive, got %d", o.maxBodyBytes))
 	}
@@ -286,13 +283,14 @@ func (o *options) scheduling(cfg *extproc.Config) error {
 	if pf != nil {
 		sc.Priority = pf.PriorityConfig()
 	}
+	rateErr := o.rateLimits.apply(&sc, o.trustTenantHeader)
 	em, ec, engineErr := o.engine.configs()
 	sc.Engine = ec
 	cfg.Sched = sc
 	cfg.EngineMetrics = em
 	ten, tenancyErr := o.tenancy(pf)
 	cfg.Tenancy = ten
-	return errors.Join(policyErr, schedErr, engineErr, o.fairness.apply(cfg), o.picker.apply(cfg), tenancyErr)
+	return errors.Join(policyErr, schedErr, rateErr, engineErr, o.fairness.apply(cfg), o.picker.apply(cfg), tenancyErr)
 }
 
 // workers reads the workers file, if any.
@@ -313,6 +311,7 @@ func (o *options) warnings(workers []fleet.Worker) []string {
 			ws = append(ws, "no workers: "+o.workersFile+" lists none; every inference request is answered 503 until it does")
 		}
 	}
+	ws = append(ws, o.rateLimits.warnings(o.priorityEnabled)...)
 	if o.picker.testEndpointSelection {
 		ws = append(ws, "--test-endpoint-selection is on: any client can choose its worker with the test-epp-endpoint-selection header; use it for conformance tests only")
 	}
@@ -349,9 +348,6 @@ func (o *options) schedConfig() (sched.Config, error) {
 	}
 	if o.routerTemperature < 0 || o.prefillLoadScale < 0 || o.overlapCredit < 0 {
 		errs = append(errs, errors.New("--router-temperature, --router-prefill-load-scale and --router-kv-overlap-score-credit must be >= 0"))
-	}
-	if o.maxConcurrent > 0 && o.maxConcurrent <= 65535 { // build rejects 0 and larger values
-		sc.FallbackCapacity = uint32(o.maxConcurrent)
 	}
 	seed := o.seed
 	if seed == 0 {

@@ -75,11 +75,43 @@ func TestCheckConfig_ExamplesAreValid(t *testing.T) {
 		{"--workers", workers, "--router-policy-config", "../../examples/policy-class-queues.yaml"},
 		{"--workers", workers, "--router-policy-config", "../../examples/premium_4x.yaml"},
 		{"--workers", workers, "--priority-scheduler-enabled", "--priority-scheduler-config", "../../examples/priority.yaml"},
+		{"--workers", workers, "--router-policy-config", "../../examples/policy-class-queues-slo.yaml"},
+		{"--workers", workers, "--router-policy-config", "../../examples/slo_rejection.yaml"},
+		{"--workers", workers, "--router-policy-config", "../../examples/policy-class-queues-v1.7.yaml"},
+		{"--workers", workers, "--tenant-rate-limit-enabled", "--tenant-rate-limit-config", "../../examples/tenant-rate-limits.yaml"},
 	} {
 		code, out, errs := runArgs(t, append([]string{"check-config"}, args...)...)
 		if code != 0 || !strings.Contains(out, "configuration ok") {
 			t.Errorf("check-config %v: code %d\nstdout %s\nstderr %s", args, code, out, errs)
 		}
+	}
+}
+
+// check-config says which generation of Dynamo's policy file it read.
+func TestCheckConfig_NamesThePolicyGeneration(t *testing.T) {
+	for file, want := range map[string]string{
+		"policy-class-queues.yaml":     "policy-class-queues.yaml: family/bucket classes (default_policy_family)",
+		"policy-class-queues-slo.yaml": "policy-class-queues-slo.yaml: flat SLO classes (default_policy_class)",
+	} {
+		_, out, _ := runArgs(t, "check-config", "--router-policy-config", "../../examples/"+file)
+		if !strings.Contains(out, want) {
+			t.Errorf("%s: output lacks %q:\n%s", file, want, out)
+		}
+	}
+}
+
+// check-config names the line of a problem in the tenant rate-limit file,
+// and a header: tenant that cannot match without a trusted header.
+func TestCheckConfig_TenantRateLimitFile(t *testing.T) {
+	bad := writeFile(t, "limits.yaml", "default_policy:\n  tokens_per_minute: 0\n  requests_per_minute: 10\n")
+	_, out, _ := runArgs(t, "check-config", "--tenant-rate-limit-enabled", "--tenant-rate-limit-config", bad)
+	if !strings.Contains(out, ":2:") || !strings.Contains(out, "tokens_per_minute must be > 0") {
+		t.Errorf("output lacks the line of the problem:\n%s", out)
+	}
+	header := writeFile(t, "header.yaml", "default_policy: {tokens_per_minute: 10, requests_per_minute: 10}\ntenants:\n  - {tenant_key: \"header:acme\", tokens_per_minute: 5, requests_per_minute: 5}\n")
+	_, out, _ = runArgs(t, "check-config", "--tenant-rate-limit-enabled", "--tenant-rate-limit-config", header)
+	if !strings.Contains(out, "needs --trust-tenant-header") {
+		t.Errorf("output lacks the trust problem:\n%s", out)
 	}
 }
 

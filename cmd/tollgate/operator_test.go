@@ -31,7 +31,10 @@ func TestCheckConfig_MisleadingValuesAreRejected(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"zero max-concurrent-requests", []string{"--max-concurrent-requests", "0"}, "--max-concurrent-requests must be between 1 and 65535 (negative: 1024), got 0"},
+		{"negative rate", []string{"--max-concurrent-requests", "4", "--rate-limit-tokens-per-second", "-1"}, "--rate-limit-tokens-per-second must be >= 0, got -1"},
+		{"queue without timeout", []string{"--max-concurrent-requests", "4", "--queue-timeout-secs", "0"}, "--queue-timeout-secs must be > 0 when --queue-size is > 0, got 0"},
+		{"tenant limits without a file", []string{"--tenant-rate-limit-enabled"}, "--tenant-rate-limit-enabled needs --tenant-rate-limit-config"},
+		{"tenant file without the switch", []string{"--tenant-rate-limit-config", "../../examples/tenant-rate-limits.yaml"}, "--tenant-rate-limit-config needs --tenant-rate-limit-enabled"},
 		{"huge max-concurrent-requests", []string{"--max-concurrent-requests", "100000"}, "got 100000"},
 		{"negative drain delay", []string{"--drain-delay", "-5s"}, "--drain-delay must not be negative, got -5s"},
 		{"negative shutdown timeout", []string{"--shutdown-timeout", "-5s"}, "shutdown timeout -5s is negative"},

@@ -28,7 +28,11 @@ var flagGroups = []flagGroup{
 	}},
 	{"SMG priority scheduler", []string{
 		"priority-scheduler-enabled", "priority-scheduler-config", "priority-scheduler-default-max-class",
-		"priority-scheduler-tenant-metric-top-n", "max-concurrent-requests", "objective-class",
+		"priority-scheduler-tenant-metric-top-n", "objective-class",
+	}},
+	{"SMG rate limits (request bucket, legacy admission, tenant budgets)", []string{
+		"max-concurrent-requests", "rate-limit-tokens-per-second", "queue-size", "queue-timeout-secs",
+		"tenant-rate-limit-enabled", "tenant-rate-limit-config",
 	}},
 	{"Tenancy (API keys, tenant identity)", []string{
 		"api-key", "tenant-api-key", "tenant-api-keys-file", "trust-tenant-header", "tenant-header-name",

@@ -336,6 +336,7 @@ func (p *Planner) Build(ctx context.Context, now time.Time, id uint64, kind open
 		Pin:               who.pin.Pin(r.Hints.BackendInstanceID, r.Hints.DPRank),
 		RequiredTaints:    r.Hints.RequiredTaints,
 		FairnessKey:       who.Flow,
+		Tenant:            who.Tenant,
 	}
 	return pl, nil
 }

@@ -69,6 +69,9 @@ type Collector struct {
 	rankPrefill, rankRequests, rankBlocks               *prometheus.Desc
 	engRequests, engKV, engSaturated, engSeed, engSince *prometheus.Desc
 	flowDepth, jain                                     *prometheus.Desc
+	expired                                             *prometheus.Desc
+	rateLimit, admDepth, admRejected, admInflight       *prometheus.Desc
+	budgetDecisions, budgetScopes, budgetEvicted        *prometheus.Desc
 	flows                                               *Labels
 }
 
@@ -107,16 +110,25 @@ func NewCollector(fetch func(context.Context) (sched.Stats, bool), flows *Labels
 		jain: prometheus.NewDesc("tollgate_fairness_jain_index",
 			"Jain's index over the weighted service rates (uncached tokens per DRR round since backlogged) of the class's backlogged flows: 1 is an exact weighted share, 1/n one flow of n served alone. 1 with fewer than two flows.",
 			[]string{"model", "policy_class"}, nil),
-		flows: flows,
+		expired:     prometheus.NewDesc("dynamo_frontend_router_queue_deadline_expired_total", "Requests of a policy class with slo_ms shed past their deadline, by stage (admission: late before it could queue; dispatch: late while queued).", append(queue, "stage"), nil),
+		rateLimit:   prometheus.NewDesc("smg_http_rate_limit_total", "Requests SMG's request bucket let through (allowed) or refused (rejected): the rate check with priority admission, the legacy admission without it.", []string{"result"}, nil),
+		admDepth:    prometheus.NewDesc("smg_admission_queue_depth", "Requests waiting for a legacy admission token.", nil, nil),
+		admRejected: prometheus.NewDesc("smg_admission_queue_rejected_total", "Legacy admission rejections: the queue was full, or the wait timed out.", []string{"reason"}, nil),
+		admInflight: prometheus.NewDesc("smg_admission_inflight", "Requests holding a legacy admission token.", nil, nil),
+		budgetDecisions: prometheus.NewDesc("tollgate_tenant_rate_limit_decisions_total",
+			"Tenant budget decisions (--tenant-rate-limit-config): allowed or denied.", []string{"result"}, nil),
+		budgetScopes:  prometheus.NewDesc("tollgate_tenant_rate_limit_scopes", "Tenant budget scopes (a tenant, or a tenant's model rule) tracked.", nil, nil),
+		budgetEvicted: prometheus.NewDesc("tollgate_tenant_rate_limit_scope_evictions_total", "Least recently used tenant budget scopes forgotten to stay within the bound; each one's tenant starts over with a full budget.", nil, nil),
+		flows:         flows,
 	}
 }
 
 // Describe sends every series' description.
-// Describe sends every series' description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.admits, c.preemptions, c.promotions, c.inflight, c.depth, c.limit,
 		c.utilization, c.pressure, c.capy, c.pending, c.pendingISL, c.pendingCached, c.backpressure,
-		c.rankPrefill, c.rankRequests, c.rankBlocks, c.engRequests, c.engKV, c.engSaturated, c.engSeed, c.engSince, c.flowDepth, c.jain} {
+		c.rankPrefill, c.rankRequests, c.rankBlocks, c.engRequests, c.engKV, c.engSaturated, c.engSeed, c.engSince, c.flowDepth, c.jain,
+		c.expired, c.rateLimit, c.admDepth, c.admRejected, c.admInflight, c.budgetDecisions, c.budgetScopes, c.budgetEvicted} {
 		ch <- d
 	}
 }
@@ -124,8 +136,6 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // statsTimeout bounds how long a scrape waits for the dispatcher.
 const statsTimeout = 5 * time.Second
 
-// Collect fetches a snapshot, waiting at most statsTimeout, and sends
-// its series; nothing when the fetch fails.
 // Collect fetches a snapshot, waiting at most statsTimeout, and sends its
 // series; nothing when the fetch fails.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
@@ -164,6 +174,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.utilization, s.Utilization)
 	gauge(c.capy, float64(s.Capacity))
+	a := &s.Admission
+	counter(c.rateLimit, float64(a.Allowed), "allowed")
+	counter(c.rateLimit, float64(a.Rejected), "rejected")
+	gauge(c.admDepth, float64(a.Waiting))
+	counter(c.admRejected, float64(a.Full), "full")
+	counter(c.admRejected, float64(a.TimedOut), "timeout")
+	gauge(c.admInflight, float64(a.Holding))
+	if b := s.Budgets; b != nil {
+		counter(c.budgetDecisions, float64(b.Allowed), "allowed")
+		counter(c.budgetDecisions, float64(b.Denied), "denied")
+		gauge(c.budgetScopes, float64(b.Scopes))
+		counter(c.budgetEvicted, float64(b.Evicted))
+	}
 	for _, q := range s.Queues {
 		l := []string{ModelLabel(q.Model), "decode", q.PolicyClass}
 		gauge(c.pending, float64(q.Requests), l...)
@@ -171,6 +194,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.pendingCached, float64(q.CachedTokens), l...)
 		for k := sched.LimitRequests; k < sched.NumLimitKinds; k++ {
 			counter(c.backpressure, float64(q.Backpressure[k]), append(l, k.Reason())...)
+		}
+		if q.SLO > 0 {
+			for g := sched.StageAdmission; g < sched.NumDeadlineStages; g++ {
+				counter(c.expired, float64(q.Expired[g]), append(l, g.String())...)
+			}
 		}
 		c.collectFlows(ch, &q)
 	}

@@ -4,19 +4,22 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate/sched"
 )
 
 func FuzzParseRouterPolicy(f *testing.F) {
-	for _, name := range []string{"policy-class-queues.yaml", "premium_4x.yaml", "equal_share.yaml"} {
+	for _, name := range []string{
+		"policy-class-queues.yaml", "premium_4x.yaml", "equal_share.yaml",
+		"policy-class-queues-slo.yaml", "slo_rejection.yaml", "policy-class-queues-v1.7.yaml",
+	} {
 		f.Add(readExample(f, name))
 	}
-	for _, tt := range validationTests {
-		f.Add([]byte(tt.doc))
-	}
-	for _, tt := range parseErrorTests {
-		f.Add([]byte(tt.doc))
+	for _, tests := range [][]struct{ name, doc, want string }{validationTests, parseErrorTests, flatValidationTests, flatParseErrorTests} {
+		for _, tt := range tests {
+			f.Add([]byte(tt.doc))
+		}
 	}
 	f.Add([]byte(stdDoc(`{name: x, quantum: 1, prefill_busy_threshold: 10, busy_worker_ratio: 0.5, prefill_busy_threshold_frac: 1e-3}`)))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -32,6 +35,9 @@ func FuzzParseRouterPolicy(f *testing.F) {
 		if cfg.Root == nil && len(cfg.Models) == 0 {
 			t.Fatal("accepted a document with no profile")
 		}
+		if cfg.Schema != SchemaFamily && cfg.Schema != SchemaFlat {
+			t.Fatalf("schema %q", cfg.Schema)
+		}
 		if cfg.Root != nil {
 			checkProfile(t, cfg.Root)
 		}
@@ -46,6 +52,10 @@ func FuzzParseRouterPolicy(f *testing.F) {
 // requests, which must land in range.
 func checkProfile(t *testing.T, p *sched.Profile) {
 	t.Helper()
+	if p.Flat {
+		checkFlatProfile(t, p)
+		return
+	}
 	if len(p.Classes) == 0 || len(p.Buckets) == 0 || p.Buckets[0].MinTokens != 0 {
 		t.Fatalf("malformed profile %+v", p)
 	}
@@ -73,8 +83,8 @@ func checkProfile(t *testing.T, p *sched.Profile) {
 		}
 	}
 	for i := range p.Classes {
-		if p.Classes[i].Quantum == 0 {
-			t.Fatalf("class %q has quantum 0", p.Classes[i].Name)
+		if c := &p.Classes[i]; c.Quantum == 0 || c.SLO != 0 || c.QueuePolicy == sched.EDF {
+			t.Fatalf("family class %+v", c)
 		}
 	}
 	requests := []string{"", "unknown", p.DefaultFamily}
@@ -154,4 +164,28 @@ func upperASCII(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// checkFlatProfile asserts a flat profile's invariants: every class named
+// in Explicit at its index, a default in range, an SLO, and no matrix.
+func checkFlatProfile(t *testing.T, p *sched.Profile) {
+	t.Helper()
+	if len(p.Classes) == 0 || len(p.Buckets) != 0 || p.Matrix != nil || p.DefaultFamily != "" || len(p.Explicit) != len(p.Classes) {
+		t.Fatalf("malformed flat profile %+v", p)
+	}
+	if p.DefaultClass < 0 || p.DefaultClass >= len(p.Classes) || p.Resolve("", math.MaxUint64) != p.DefaultClass {
+		t.Fatalf("default class %d of %d", p.DefaultClass, len(p.Classes))
+	}
+	for i := range p.Classes {
+		c := &p.Classes[i]
+		if c.Quantum == 0 || c.SLO <= 0 || c.SLO%time.Millisecond != 0 || c.Family != "" || c.Bucket != "" || c.BusyWorkerRatio != 0 {
+			t.Fatalf("flat class %+v", c)
+		}
+		if p.Explicit[c.Name] != i || p.Resolve(c.Name, 0) != i {
+			t.Fatalf("class %q is not resolved to its index %d", c.Name, i)
+		}
+		if p.Resolve(c.Name+"?", 0) != -1 { // '?' is no identifier character
+			t.Fatalf("unknown name %q resolved", c.Name+"?")
+		}
+	}
 }

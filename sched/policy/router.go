@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"slices"
 
 	"go.yaml.in/yaml/v3"
 
@@ -15,22 +16,86 @@ import (
 // inlinePath is how errors name a policy document that came from no file.
 const inlinePath = "<inline>"
 
-// Field names of the router policy file, in the order the schema lists them.
+// Schema names of the router policy file generations, as
+// sched.PolicyConfig.Schema reports them.
+const (
+	SchemaFamily = "family/bucket"
+	SchemaFlat   = "flat SLO"
+)
+
+// generation is one router policy file schema: the keys it allows, in the
+// order the schema lists them, the keys that mark it, and how its classes
+// read queue_policy.
+type generation struct {
+	schema string
+	// defaultKey is default_policy_family or default_policy_class.
+	defaultKey    string
+	rootFields    []string
+	profileFields []string
+	classFields   []string
+	// profileMarks and classMarks are the keys no other generation has.
+	profileMarks []string
+	classMarks   []string
+	// queuePolicies are the values queue_policy parses to; nil leaves any
+	// string to validation. defaultQueuePolicy is the value when absent.
+	queuePolicies      []string
+	defaultQueuePolicy string
+	// queuePolicyOf maps the values validation accepts; queuePolicyRule
+	// is the message for any other.
+	queuePolicyOf   map[string]sched.QueuePolicy
+	queuePolicyRule string
+	// rootRule is the message for a root profile missing some of its keys.
+	rootRule string
+}
+
+func (g *generation) flat() bool { return g == flatGeneration }
+
 var (
-	rootFields = []string{
-		"default_policy_family", "uncached_isl_buckets", "policy_classes", "models", "worker_selection",
+	// familyGeneration is the family/bucket schema (Dynamo v1.3 to v1.6).
+	// lcfs parses and is then rejected by validation, as upstream does.
+	familyGeneration = &generation{
+		schema:     SchemaFamily,
+		defaultKey: "default_policy_family",
+		rootFields: []string{
+			"default_policy_family", "uncached_isl_buckets", "policy_classes", "models", "worker_selection",
+		},
+		profileFields: []string{"default_policy_family", "uncached_isl_buckets", "policy_classes"},
+		classFields: []string{
+			"name", "policy_family", "cache_bucket", "queue_policy", "quantum",
+			"prefill_busy_threshold", "prefill_busy_threshold_frac", "busy_worker_ratio",
+			"request_queue_limit_per_worker", "raw_isl_token_queue_limit_per_worker",
+			"cached_token_queue_limit_per_worker",
+		},
+		profileMarks:       []string{"default_policy_family", "uncached_isl_buckets"},
+		classMarks:         []string{"policy_family", "cache_bucket", "busy_worker_ratio"},
+		queuePolicies:      []string{"fcfs", "wspt", "lcfs"},
+		defaultQueuePolicy: "fcfs",
+		queuePolicyOf:      map[string]sched.QueuePolicy{"fcfs": sched.FCFS, "wspt": sched.WSPT},
+		queuePolicyRule:    "queue_policy must be fcfs or wspt",
+		rootRule:           "root profile must specify default_policy_family, uncached_isl_buckets, and policy_classes when any root profile field is present",
 	}
-	profileFields = []string{"default_policy_family", "uncached_isl_buckets", "policy_classes"}
-	bucketFields  = []string{"min_tokens", "bucket"}
-	classFields   = []string{
-		"name", "policy_family", "cache_bucket", "queue_policy", "quantum",
-		"prefill_busy_threshold", "prefill_busy_threshold_frac", "busy_worker_ratio",
-		"request_queue_limit_per_worker", "raw_isl_token_queue_limit_per_worker",
-		"cached_token_queue_limit_per_worker",
+	// flatGeneration is the flat SLO schema (Dynamo ff96fb03), with the
+	// queue_policy key of the v1.7.0 docs.
+	flatGeneration = &generation{
+		schema:        SchemaFlat,
+		defaultKey:    "default_policy_class",
+		rootFields:    []string{"default_policy_class", "policy_classes", "models", "worker_selection"},
+		profileFields: []string{"default_policy_class", "policy_classes"},
+		classFields: []string{
+			"name", "slo_ms", "queue_policy", "quantum",
+			"prefill_busy_threshold", "prefill_busy_threshold_frac",
+			"request_queue_limit_per_worker", "raw_isl_token_queue_limit_per_worker",
+			"cached_token_queue_limit_per_worker",
+		},
+		profileMarks:       []string{"default_policy_class"},
+		classMarks:         []string{"slo_ms"},
+		defaultQueuePolicy: "edf",
+		queuePolicyOf:      map[string]sched.QueuePolicy{"edf": sched.EDF, "fcfs": sched.FCFS, "wspt": sched.WSPT},
+		queuePolicyRule:    "queue_policy must be edf, fcfs or wspt",
+		rootRule:           "root profile must specify both default_policy_class and policy_classes when either is present",
 	}
-	// queuePolicies are the values queue_policy parses to; lcfs parses and
-	// is then rejected by validation, as upstream does.
-	queuePolicies = []string{"fcfs", "wspt", "lcfs"}
+	generations  = []*generation{familyGeneration, flatGeneration}
+	bucketFields = []string{"min_tokens", "bucket"}
 )
 
 // LoadRouterPolicy reads and parses the router policy file at path. A read
@@ -45,6 +110,10 @@ func LoadRouterPolicy(path string) (*sched.PolicyConfig, error) {
 
 // ParseRouterPolicy parses and validates a router policy document. path only
 // names the document in errors; empty means "<inline>".
+//
+// The document is read as the family/bucket schema or as the flat SLO
+// schema, told apart by the keys only one of them has (see detect); the
+// result's Schema names the one read.
 //
 // Schema errors (bad YAML, unknown or duplicate keys, wrong types, missing
 // fields) read "failed to parse router policy config <path>: <detail>";
@@ -110,7 +179,9 @@ func unwrapPathError(err error) error {
 // rawPolicyFile is a router policy document after schema decoding, before
 // validation. Root fields are pointers: absent and present are different.
 type rawPolicyFile struct {
-	defaultFamily   *string
+	gen *generation
+	// defaultName is the default family or, in a flat file, class.
+	defaultName     *string
 	buckets         []rawBucket
 	hasBuckets      bool
 	classes         []rawClass
@@ -125,9 +196,9 @@ type rawModel struct {
 }
 
 type rawProfile struct {
-	defaultFamily string
-	buckets       []rawBucket
-	classes       []rawClass
+	defaultName string
+	buckets     []rawBucket
+	classes     []rawClass
 }
 
 type rawBucket struct {
@@ -137,6 +208,7 @@ type rawBucket struct {
 
 type rawClass struct {
 	name           string
+	slo            *uint64 // slo_ms; set in every flat class, never in a family one
 	family, bucket *string
 	queuePolicy    string
 	quantum        uint64
@@ -154,22 +226,20 @@ func (d *decoder) routerPolicy(data []byte) (*rawPolicyFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw := &rawPolicyFile{}
-	if root == nil {
-		return raw, nil
-	}
-	o, err := d.object(root, "", rootFields)
+	gen, err := d.detect(root)
 	if err != nil {
 		return nil, err
 	}
-	if n, err := d.optional(o, "default_policy_family"); err != nil {
+	raw := &rawPolicyFile{gen: gen}
+	if root == nil {
+		return raw, nil
+	}
+	o, err := d.object(root, "", gen.rootFields)
+	if err != nil {
 		return nil, err
-	} else if n != nil {
-		s, err := d.str(n, "default_policy_family")
-		if err != nil {
-			return nil, err
-		}
-		raw.defaultFamily = &s
+	}
+	if raw.defaultName, err = d.optionalStr(o, gen.defaultKey); err != nil {
+		return nil, err
 	}
 	if n, err := d.optional(o, "uncached_isl_buckets"); err != nil {
 		return nil, err
@@ -183,7 +253,7 @@ func (d *decoder) routerPolicy(data []byte) (*rawPolicyFile, error) {
 		return nil, err
 	} else if n != nil {
 		raw.hasClasses = true
-		if raw.classes, err = d.classes(n, "policy_classes"); err != nil {
+		if raw.classes, err = d.classes(n, "policy_classes", gen); err != nil {
 			return nil, err
 		}
 	}
@@ -195,7 +265,7 @@ func (d *decoder) routerPolicy(data []byte) (*rawPolicyFile, error) {
 			return nil, err
 		}
 		for _, e := range entries {
-			p, err := d.profile(e.valueRaw, keyed("models", e.key))
+			p, err := d.profile(e.valueRaw, keyed("models", e.key), gen)
 			if err != nil {
 				return nil, err
 			}
@@ -212,31 +282,34 @@ func (d *decoder) routerPolicy(data []byte) (*rawPolicyFile, error) {
 	return raw, nil
 }
 
-func (d *decoder) profile(n *yaml.Node, path string) (rawProfile, error) {
+// profile decodes a model profile, whose keys are all required.
+func (d *decoder) profile(n *yaml.Node, path string, gen *generation) (rawProfile, error) {
 	var p rawProfile
-	o, err := d.object(n, path, profileFields)
+	o, err := d.object(n, path, gen.profileFields)
 	if err != nil {
 		return p, err
 	}
-	fam, err := d.required(o, "default_policy_family")
+	def, err := d.required(o, gen.defaultKey)
 	if err != nil {
 		return p, err
 	}
-	if p.defaultFamily, err = d.str(fam, join(path, "default_policy_family")); err != nil {
+	if p.defaultName, err = d.str(def, join(path, gen.defaultKey)); err != nil {
 		return p, err
 	}
-	b, err := d.required(o, "uncached_isl_buckets")
-	if err != nil {
-		return p, err
-	}
-	if p.buckets, err = d.buckets(b, join(path, "uncached_isl_buckets")); err != nil {
-		return p, err
+	if !gen.flat() {
+		b, err := d.required(o, "uncached_isl_buckets")
+		if err != nil {
+			return p, err
+		}
+		if p.buckets, err = d.buckets(b, join(path, "uncached_isl_buckets")); err != nil {
+			return p, err
+		}
 	}
 	c, err := d.required(o, "policy_classes")
 	if err != nil {
 		return p, err
 	}
-	if p.classes, err = d.classes(c, join(path, "policy_classes")); err != nil {
+	if p.classes, err = d.classes(c, join(path, "policy_classes"), gen); err != nil {
 		return p, err
 	}
 	return p, nil
@@ -274,14 +347,14 @@ func (d *decoder) buckets(n *yaml.Node, path string) ([]rawBucket, error) {
 	return out, nil
 }
 
-func (d *decoder) classes(n *yaml.Node, path string) ([]rawClass, error) {
+func (d *decoder) classes(n *yaml.Node, path string, gen *generation) ([]rawClass, error) {
 	items, err := d.sequence(n, path)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]rawClass, 0, len(items))
 	for i, item := range items {
-		c, err := d.class(item, index(path, i))
+		c, err := d.class(item, index(path, i), gen)
 		if err != nil {
 			return nil, err
 		}
@@ -290,9 +363,11 @@ func (d *decoder) classes(n *yaml.Node, path string) ([]rawClass, error) {
 	return out, nil
 }
 
-func (d *decoder) class(n *yaml.Node, path string) (rawClass, error) {
-	c := rawClass{queuePolicy: "fcfs"}
-	o, err := d.object(n, path, classFields)
+// class decodes one policy class. Keys the generation does not allow are
+// rejected by object, so reading them below finds them absent.
+func (d *decoder) class(n *yaml.Node, path string, gen *generation) (rawClass, error) {
+	c := rawClass{queuePolicy: gen.defaultQueuePolicy}
+	o, err := d.object(n, path, gen.classFields)
 	if err != nil {
 		return c, err
 	}
@@ -303,18 +378,25 @@ func (d *decoder) class(n *yaml.Node, path string) (rawClass, error) {
 	if c.name, err = d.str(name, join(path, "name")); err != nil {
 		return c, err
 	}
+	if gen.flat() {
+		slo, err := d.required(o, "slo_ms")
+		if err != nil {
+			return c, err
+		}
+		u, err := d.uint(slo, join(path, "slo_ms"), math.MaxUint64)
+		if err != nil {
+			return c, err
+		}
+		c.slo = &u
+	}
 	if c.family, err = d.optionalStr(o, "policy_family"); err != nil {
 		return c, err
 	}
 	if c.bucket, err = d.optionalStr(o, "cache_bucket"); err != nil {
 		return c, err
 	}
-	if qp, err := d.optional(o, "queue_policy"); err != nil {
+	if c.queuePolicy, err = d.queuePolicy(o, gen); err != nil {
 		return c, err
-	} else if qp != nil {
-		if c.queuePolicy, err = d.variant(qp, join(path, "queue_policy"), queuePolicies); err != nil {
-			return c, err
-		}
 	}
 	q, err := d.required(o, "quantum")
 	if err != nil {
@@ -343,6 +425,21 @@ func (d *decoder) class(n *yaml.Node, path string) (rawClass, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// queuePolicy decodes queue_policy: one of the generation's variants, or
+// any string when it has none, or its default when absent.
+func (d *decoder) queuePolicy(o object, gen *generation) (string, error) {
+	n, err := d.optional(o, "queue_policy")
+	switch {
+	case err != nil:
+		return "", err
+	case n == nil:
+		return gen.defaultQueuePolicy, nil
+	case gen.queuePolicies == nil:
+		return d.str(n, join(o.path, "queue_policy"))
+	}
+	return d.variant(n, join(o.path, "queue_policy"), gen.queuePolicies)
 }
 
 func (d *decoder) optionalStr(o object, key string) (*string, error) {
@@ -379,4 +476,105 @@ func (d *decoder) optionalFloat(o object, key string) (*float64, error) {
 		return nil, err
 	}
 	return &f, nil
+}
+
+// keyUse is a key found in a document that marks one generation.
+type keyUse struct {
+	gen  *generation
+	path string
+	line int
+}
+
+func (u keyUse) String() string {
+	return fmt.Sprintf("%s (line %d) is a %s key", u.path, u.line, u.gen.schema)
+}
+
+// detect picks the generation of a document from the keys that mark one
+// in the root and model profiles and their classes. A document with marks
+// of both is an error naming the first of each; one with neither is read
+// as family/bucket, whose messages have always covered it.
+func (d *decoder) detect(root *yaml.Node) (*generation, error) {
+	s := markScan{d: d}
+	if root != nil {
+		s.profile(root, "", true)
+	}
+	switch {
+	case s.err != nil:
+		return nil, s.err
+	case len(s.uses) == 0:
+		return familyGeneration, nil
+	case len(s.uses) == 1:
+		return s.uses[0].gen, nil
+	}
+	return nil, &DecodeError{Msg: fmt.Sprintf("mixes two policy file generations: %s, %s", s.uses[0], s.uses[1])}
+}
+
+// markScan walks a document for detect. It reads what it can and leaves
+// every problem to the decoder but the work bound, which ends the walk.
+type markScan struct {
+	d    *decoder
+	uses []keyUse // the first mark of each generation, in document order
+	err  error    // the work bound's error
+}
+
+func (s *markScan) profile(n *yaml.Node, path string, root bool) {
+	for _, e := range s.mapping(n, path) {
+		p := join(path, e.key)
+		s.mark(e, p, false)
+		switch {
+		case e.key == "policy_classes":
+			s.classes(e.valueRaw, p)
+		case e.key == "models" && root:
+			for _, m := range s.mapping(e.valueRaw, p) {
+				s.profile(m.valueRaw, keyed(p, m.key), false)
+			}
+		}
+	}
+}
+
+func (s *markScan) classes(n *yaml.Node, path string) {
+	if s.err != nil {
+		return
+	}
+	items, err := s.d.sequence(n, path)
+	s.check(err)
+	for i, item := range items {
+		p := index(path, i)
+		for _, e := range s.mapping(item, p) {
+			s.mark(e, join(p, e.key), true)
+		}
+	}
+}
+
+// mapping returns the pairs mappingAll can read of n.
+func (s *markScan) mapping(n *yaml.Node, path string) []entry {
+	if s.err != nil {
+		return nil
+	}
+	entries, problems := s.d.mappingAll(n, path)
+	if len(problems) > 0 {
+		s.check(problems[len(problems)-1])
+	}
+	return entries
+}
+
+// check keeps err if the decoder has spent its work bound.
+func (s *markScan) check(err error) {
+	if err != nil && s.d.visits > s.d.limit {
+		s.err = err
+	}
+}
+
+// mark records e's key at path if it is a profile (or class) key that
+// marks a generation not seen yet.
+func (s *markScan) mark(e entry, path string, class bool) {
+	for _, g := range generations {
+		marks := g.profileMarks
+		if class {
+			marks = g.classMarks
+		}
+		if slices.Contains(marks, e.key) && !slices.ContainsFunc(s.uses, func(u keyUse) bool { return u.gen == g }) {
+			s.uses = append(s.uses, keyUse{g, path, e.keyNode.Line})
+		}
+	}
 }

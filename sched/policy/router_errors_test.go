@@ -209,8 +209,6 @@ var parseErrorTests = []struct {
 }{
 	{"unknown top-level key", "foo: 1\n" + stdDoc(),
 		`unknown field "foo", expected one of default_policy_family, uncached_isl_buckets, policy_classes, models, worker_selection at line 1 column 1`},
-	{"removed flat schema key", "default_policy_class: regular\n",
-		`unknown field "default_policy_class", expected one of default_policy_family, uncached_isl_buckets, policy_classes, models, worker_selection at line 1 column 1`},
 	{"removed tier key", "uncached_isl_policy_class_tiers: []\n",
 		`unknown field "uncached_isl_policy_class_tiers", expected one of default_policy_family, uncached_isl_buckets, policy_classes, models, worker_selection at line 1 column 1`},
 	{"unknown class key", "default_policy_family: standard\nuncached_isl_buckets: " + twoBuckets + "\npolicy_classes:\n  - name: cached\n    quantom: 1\n",

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -14,15 +15,16 @@ import (
 // schema tables so the output reads like a hand-written file.
 type (
 	policyFileOut struct {
-		DefaultPolicyFamily string                `yaml:"default_policy_family,omitempty"`
-		UncachedISLBuckets  []bucketOut           `yaml:"uncached_isl_buckets,omitempty"`
-		PolicyClasses       []classOut            `yaml:"policy_classes,omitempty"`
-		Models              map[string]profileOut `yaml:"models,omitempty"`
+		profileOut `yaml:",inline"`
+		Models     map[string]profileOut `yaml:"models,omitempty"`
 	}
+	// profileOut is either generation's profile: a family/bucket one has
+	// no default class, a flat one no default family nor buckets.
 	profileOut struct {
-		DefaultPolicyFamily string      `yaml:"default_policy_family"`
-		UncachedISLBuckets  []bucketOut `yaml:"uncached_isl_buckets"`
-		PolicyClasses       []classOut  `yaml:"policy_classes"`
+		DefaultPolicyFamily string      `yaml:"default_policy_family,omitempty"`
+		DefaultPolicyClass  string      `yaml:"default_policy_class,omitempty"`
+		UncachedISLBuckets  []bucketOut `yaml:"uncached_isl_buckets,omitempty"`
+		PolicyClasses       []classOut  `yaml:"policy_classes,omitempty"`
 	}
 	bucketOut struct {
 		MinTokens uint64 `yaml:"min_tokens"`
@@ -30,9 +32,10 @@ type (
 	}
 	classOut struct {
 		Name                     string   `yaml:"name"`
+		SLOMillis                *uint64  `yaml:"slo_ms,omitempty"`
 		PolicyFamily             string   `yaml:"policy_family,omitempty"`
 		CacheBucket              string   `yaml:"cache_bucket,omitempty"`
-		QueuePolicy              string   `yaml:"queue_policy"`
+		QueuePolicy              string   `yaml:"queue_policy,omitempty"`
 		Quantum                  uint64   `yaml:"quantum"`
 		PrefillBusyThreshold     *uint64  `yaml:"prefill_busy_threshold,omitempty"`
 		PrefillBusyThresholdFrac *float64 `yaml:"prefill_busy_threshold_frac,omitempty"`
@@ -46,15 +49,19 @@ type (
 // MarshalRouterPolicy writes cfg's root and model profiles as a router
 // policy document that ParseRouterPolicy reads back to an equal
 // configuration. cfg.Fallback is not part of the file and is ignored. It
-// fails for a synthetic profile, which no file can express.
+// fails for a synthetic profile, which no file can express, and for flat
+// and family/bucket profiles together, which no file holds.
 func MarshalRouterPolicy(cfg *sched.PolicyConfig) ([]byte, error) {
+	if err := checkOneGeneration(cfg); err != nil {
+		return nil, err
+	}
 	var out policyFileOut
 	if cfg.Root != nil {
 		p, err := profileToWire(cfg.Root)
 		if err != nil {
 			return nil, fmt.Errorf("root profile: %w", err)
 		}
-		out.DefaultPolicyFamily, out.UncachedISLBuckets, out.PolicyClasses = p.DefaultPolicyFamily, p.UncachedISLBuckets, p.PolicyClasses
+		out.profileOut = p
 	}
 	if len(cfg.Models) > 0 {
 		out.Models = make(map[string]profileOut, len(cfg.Models))
@@ -69,6 +76,23 @@ func MarshalRouterPolicy(cfg *sched.PolicyConfig) ([]byte, error) {
 	return encodeYAML(out)
 }
 
+// checkOneGeneration fails if cfg has both flat and family/bucket profiles.
+func checkOneGeneration(cfg *sched.PolicyConfig) error {
+	flat := map[bool]bool{}
+	if cfg.Root != nil {
+		flat[cfg.Root.Flat] = true
+	}
+	for _, p := range cfg.Models {
+		if p != nil {
+			flat[p.Flat] = true
+		}
+	}
+	if len(flat) > 1 {
+		return errors.New("flat SLO and family/bucket profiles cannot share one file")
+	}
+	return nil
+}
+
 func profileToWire(p *sched.Profile) (profileOut, error) {
 	var out profileOut
 	if p == nil {
@@ -76,6 +100,12 @@ func profileToWire(p *sched.Profile) (profileOut, error) {
 	}
 	if p.Synthetic {
 		return out, errors.New("a synthetic profile has no file form")
+	}
+	if p.Flat {
+		if p.DefaultClass < 0 || p.DefaultClass >= len(p.Classes) {
+			return out, fmt.Errorf("default class index %d of %d classes", p.DefaultClass, len(p.Classes))
+		}
+		out.DefaultPolicyClass = p.Classes[p.DefaultClass].Name
 	}
 	out.DefaultPolicyFamily = p.DefaultFamily
 	out.UncachedISLBuckets = make([]bucketOut, len(p.Buckets))
@@ -104,6 +134,15 @@ func profileToWire(p *sched.Profile) (profileOut, error) {
 		if c.BusyWorkerRatio != 0 {
 			r := c.BusyWorkerRatio
 			co.BusyWorkerRatio = &r
+		}
+		if p.Flat {
+			// edf is a flat class's default; leaving it out keeps the file
+			// readable by Dynamo versions without queue_policy.
+			ms := uint64(c.SLO / time.Millisecond)
+			co.SLOMillis = &ms
+			if c.QueuePolicy == sched.EDF {
+				co.QueuePolicy = ""
+			}
 		}
 		out.PolicyClasses[i] = co
 	}

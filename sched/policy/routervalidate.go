@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/tollgate/tollgate/sched"
 )
@@ -13,27 +14,33 @@ import (
 // model profile in document order, worker_selection, then the rule that
 // something must be defined.
 func (raw *rawPolicyFile) resolve() (*sched.PolicyConfig, string) {
-	cfg := &sched.PolicyConfig{Models: make(map[string]*sched.Profile, len(raw.models))}
-	switch n := countSet(raw.defaultFamily != nil, raw.hasBuckets, raw.hasClasses); n {
+	gen := raw.gen
+	cfg := &sched.PolicyConfig{Schema: gen.schema, Models: make(map[string]*sched.Profile, len(raw.models))}
+	// The root keys are all present or all absent.
+	present := []bool{raw.defaultName != nil, raw.hasClasses}
+	if !gen.flat() {
+		present = append(present, raw.hasBuckets)
+	}
+	switch countSet(present...) {
 	case 0:
-	case 3:
-		root, msg := resolveProfile(rawProfile{
-			defaultFamily: *raw.defaultFamily,
-			buckets:       raw.buckets,
-			classes:       raw.classes,
+	case len(present):
+		root, msg := gen.resolveProfile(rawProfile{
+			defaultName: *raw.defaultName,
+			buckets:     raw.buckets,
+			classes:     raw.classes,
 		}, "root")
 		if msg != "" {
 			return nil, msg
 		}
 		cfg.Root = root
 	default:
-		return nil, "root profile must specify default_policy_family, uncached_isl_buckets, and policy_classes when any root profile field is present"
+		return nil, gen.rootRule
 	}
 	for _, m := range raw.models {
 		if m.name == "" {
 			return nil, "model profile name must not be empty"
 		}
-		p, msg := resolveProfile(m.profile, "model "+debugQuote(m.name))
+		p, msg := gen.resolveProfile(m.profile, "model "+debugQuote(m.name))
 		if msg != "" {
 			return nil, msg
 		}
@@ -62,13 +69,55 @@ func countSet(bs ...bool) int {
 // `model "<name>"`) and builds its class indexes. The checks run in
 // upstream's order, so the first violation reported is the one upstream
 // reports.
-func resolveProfile(raw rawProfile, loc string) (*sched.Profile, string) {
-	if msg := checkIdentifier(raw.defaultFamily, "policy family", loc); msg != "" {
+func (g *generation) resolveProfile(raw rawProfile, loc string) (*sched.Profile, string) {
+	kind := "policy family"
+	if g.flat() {
+		kind = "policy class"
+	}
+	if msg := checkIdentifier(raw.defaultName, kind, loc); msg != "" {
 		return nil, msg
 	}
 	if len(raw.classes) == 0 {
 		return nil, loc + " policy_classes must not be empty"
 	}
+	if g.flat() {
+		return resolveFlatProfile(raw, loc)
+	}
+	return resolveFamilyProfile(raw, loc)
+}
+
+// resolveFlatProfile builds a flat profile whose default name and class
+// list are checked: the classes, each in full before the next, then the
+// default class. Every class is selected by its exact name.
+func resolveFlatProfile(raw rawProfile, loc string) (*sched.Profile, string) {
+	p := &sched.Profile{
+		Classes:  make([]sched.ClassSpec, 0, len(raw.classes)),
+		Explicit: make(map[string]int, len(raw.classes)),
+		Flat:     true,
+	}
+	for _, rc := range raw.classes {
+		spec, _, msg := resolveClass(rc, nil, loc, flatGeneration)
+		if msg != "" {
+			return nil, msg
+		}
+		if _, dup := p.Explicit[spec.Name]; dup {
+			return nil, duplicateClass(loc, spec.Name)
+		}
+		p.Explicit[spec.Name] = len(p.Classes)
+		p.Classes = append(p.Classes, spec)
+	}
+	i, ok := p.Explicit[raw.defaultName]
+	if !ok {
+		return nil, fmt.Sprintf("%s default_policy_class %s does not name a configured policy class", loc, debugQuote(raw.defaultName))
+	}
+	p.DefaultClass = i
+	return p, ""
+}
+
+// resolveFamilyProfile builds a family/bucket profile whose default name
+// and class list are checked: the buckets, the classes, the default family,
+// then the matrix.
+func resolveFamilyProfile(raw rawProfile, loc string) (*sched.Profile, string) {
 	buckets, bucketIndex, msg := resolveBuckets(raw.buckets, loc)
 	if msg != "" {
 		return nil, msg
@@ -79,18 +128,18 @@ func resolveProfile(raw rawProfile, loc string) (*sched.Profile, string) {
 	p := &sched.Profile{
 		Classes:       make([]sched.ClassSpec, 0, len(raw.classes)),
 		Buckets:       buckets,
-		DefaultFamily: raw.defaultFamily,
+		DefaultFamily: raw.defaultName,
 		Explicit:      make(map[string]int),
 	}
 	names := make(map[string]bool, len(raw.classes))
 	bucketOf := make([]int, 0, len(raw.classes)) // -1 for an explicit class
 	for _, rc := range raw.classes {
-		spec, b, msg := resolveClass(rc, bucketIndex, loc)
+		spec, b, msg := resolveClass(rc, bucketIndex, loc, familyGeneration)
 		if msg != "" {
 			return nil, msg
 		}
 		if names[spec.Name] {
-			return nil, fmt.Sprintf("%s contains duplicate policy class %s", loc, debugQuote(spec.Name))
+			return nil, duplicateClass(loc, spec.Name)
 		}
 		names[spec.Name] = true
 		p.Classes = append(p.Classes, spec)
@@ -104,8 +153,8 @@ func resolveProfile(raw rawProfile, loc string) (*sched.Profile, string) {
 			families = append(families, f)
 		}
 	}
-	if !slices.Contains(families, raw.defaultFamily) {
-		return nil, fmt.Sprintf("%s default_policy_family %s does not name a configured family", loc, debugQuote(raw.defaultFamily))
+	if !slices.Contains(families, raw.defaultName) {
+		return nil, fmt.Sprintf("%s default_policy_family %s does not name a configured family", loc, debugQuote(raw.defaultName))
 	}
 
 	p.Matrix = make(map[string][]int, len(families))
@@ -172,26 +221,37 @@ func resolveBuckets(raw []rawBucket, loc string) ([]sched.Bucket, map[string]int
 	return buckets, idx, ""
 }
 
-// resolveClass checks one class in upstream's order (name, quantum,
-// queue_policy, prefill_busy_threshold_frac, busy_worker_ratio, binding) and
-// returns it with its bucket index, or -1 for an explicit class.
-func resolveClass(rc rawClass, bucketIndex map[string]int, loc string) (sched.ClassSpec, int, string) {
+// maxSLOMillis is the largest slo_ms a time.Duration holds (about 292 years).
+const maxSLOMillis = math.MaxInt64 / int64(time.Millisecond)
+
+// resolveClass checks one class of generation gen in upstream's order
+// (name, slo_ms, quantum, queue_policy, prefill_busy_threshold_frac,
+// busy_worker_ratio, binding) and returns it with its bucket index, or -1
+// for an explicit class. A flat class has slo_ms and never a family key,
+// so the family checks pass it by.
+func resolveClass(rc rawClass, bucketIndex map[string]int, loc string, gen *generation) (sched.ClassSpec, int, string) {
 	var spec sched.ClassSpec
 	if msg := checkIdentifier(rc.name, "policy class", loc); msg != "" {
 		return spec, 0, msg
 	}
 	cl := fmt.Sprintf("%s policy class %s", loc, debugQuote(rc.name))
+	if rc.slo != nil {
+		if *rc.slo == 0 {
+			return spec, 0, cl + " slo_ms must be greater than zero"
+		}
+		if *rc.slo > uint64(maxSLOMillis) {
+			return spec, 0, fmt.Sprintf("%s slo_ms must be at most %d (about 292 years)", cl, maxSLOMillis)
+		}
+		spec.SLO = time.Duration(*rc.slo) * time.Millisecond
+	}
 	if rc.quantum == 0 {
 		return spec, 0, cl + " quantum must be greater than zero"
 	}
-	var qp sched.QueuePolicy
-	switch rc.queuePolicy {
-	case "fcfs":
-		qp = sched.FCFS
-	case "wspt":
-		qp = sched.WSPT
-	default: // lcfs: parses, but only the synthetic class may use it upstream
-		return spec, 0, cl + " queue_policy must be fcfs or wspt"
+	// A family file's lcfs parses, but only the synthetic class may use it
+	// upstream.
+	qp, ok := gen.queuePolicyOf[rc.queuePolicy]
+	if !ok {
+		return spec, 0, cl + " " + gen.queuePolicyRule
 	}
 	if rc.frac != nil && (!isFinite(*rc.frac) || *rc.frac < 0) {
 		return spec, 0, cl + " prefill_busy_threshold_frac must be finite and non-negative"
@@ -233,6 +293,10 @@ func resolveClass(rc rawClass, bucketIndex map[string]int, loc string) (sched.Cl
 	spec.RawISLLimitPerWorker = rc.rawISLLimit
 	spec.CachedTokenLimitPerWorker = rc.cachedLimit
 	return spec, b, ""
+}
+
+func duplicateClass(loc, name string) string {
+	return fmt.Sprintf("%s contains duplicate policy class %s", loc, debugQuote(name))
 }
 
 func isFinite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
