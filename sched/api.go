@@ -41,6 +41,8 @@ type Stats struct {
 	// budgets' (zero when off).
 	Admission AdmissionStats
 	Budgets   *BudgetStats
+	// Splits counts the dispatches split into prefill and decode.
+	Splits uint64
 }
 
 // QueueStats describes one Dynamo policy-class queue.

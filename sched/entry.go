@@ -61,8 +61,12 @@ type entry struct {
 	// rank is the pinned rank while queued (exact lanes only) and the
 	// booked rank while in flight.
 	rank *rankState
-	// prefill is the prefill load booked on rank and not yet released.
+	// prefill is the prefill load booked on rank (or on prank) and not yet
+	// released.
 	prefill uint64
+	// prank is the rank running the prefill half of a split request, nil
+	// for a whole one (pd.go).
+	prank *rankState
 	// epoch is the rank's report epoch when e was booked (engine.go).
 	epoch uint32
 	// prev and next link the entry into one intrusive list at a time: its

@@ -22,10 +22,14 @@ type Scheduler struct {
 	originSet bool
 	draining  bool
 
-	// Worker set and load book (workers.go).
-	workers []*workerState
-	byID    map[string]*workerState
-	ranks   map[laneKey]*rankState
+	// Worker set and load book (workers.go); prefillWorkers counts the
+	// prefill-role workers (pd.go).
+	workers        []*workerState
+	byID           map[string]*workerState
+	ranks          map[laneKey]*rankState
+	prefillWorkers int
+	// splitCount counts the dispatches split into prefill and decode.
+	splitCount uint64
 
 	// Queues (queue.go). active lists the queues with queued entries; rr
 	// is the dispatch pass's round-robin position in it.
@@ -586,6 +590,7 @@ func (s *Scheduler) admit(e *entry, queued bool, t instant) {
 		s.finish(e, OutcomeNoEndpoints, queued, t).Message = msg
 		return
 	}
+	e.prank = s.splitFor(e, r)
 	s.book(e, r)
 	s.takeSlot(e)
 	e.state = stateInFlight
@@ -595,6 +600,10 @@ func (s *Scheduler) admit(e *entry, queued bool, t instant) {
 	}
 	a := s.emit(ActionDispatch, e, OutcomeAdmitted)
 	a.Worker, a.Rank = r.key.worker, r.key.rank
+	if p := e.prank; p != nil {
+		a.Prefill = RankRef{Worker: p.key.worker, Rank: p.key.rank}
+		s.splitCount++
+	}
 	a.Preemptible = s.canBeVictim(e.prio)
 	if s.cfg.Fallbacks > 0 && !e.lane.exact() {
 		a.Fallbacks = s.fallbacks(e, r)

@@ -94,6 +94,9 @@ func simRender(as []Action) []string {
 		switch a.Kind {
 		case ActionDispatch:
 			fmt.Fprintf(&b, "dispatch %d %s/%d", a.ID, a.Worker, a.Rank)
+			if a.Prefill.Worker != "" {
+				fmt.Fprintf(&b, " prefill %s/%d", a.Prefill.Worker, a.Prefill.Rank)
+			}
 		case ActionReject:
 			fmt.Fprintf(&b, "reject %d %s", a.ID, simOutcomes[a.Outcome])
 		case ActionPreempt:

@@ -85,6 +85,7 @@ func newSimDriver(src simSource) (*simDriver, error) {
 			MaxRunningRequests: uint32(src.intn(6)),
 			MaxBatchedTokens:   uint64(src.intn(3) * 4096),
 			Model:              []string{"", "", "m1", "m2"}[src.intn(4)],
+			Role:               Role(src.intn(int(NumRoles))),
 		}
 		if src.intn(3) == 0 {
 			w.Taints = []string{"a"}
@@ -648,7 +649,20 @@ func simInvariants(s *Scheduler) error {
 				l = &load{}
 				loads[e.rank] = l
 			}
-			l.prefill += e.prefill
+			if p := e.prank; p != nil {
+				if p.w.role == RoleDecode || p.w == e.rank.w {
+					return fmt.Errorf("entry %d: prefill half on %v (role %s), decode on %v", id, p.key, p.w.role, e.rank.key)
+				}
+				if loads[p] == nil {
+					loads[p] = &load{}
+				}
+				loads[p].prefill += e.prefill
+			} else {
+				l.prefill += e.prefill
+			}
+			if e.rank.w.role == RolePrefill {
+				return fmt.Errorf("entry %d booked on prefill-role worker %v", id, e.rank.key)
+			}
 			l.blocks += s.blocksOf(e.isl)
 			l.requests++
 		case stateParked:

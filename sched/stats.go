@@ -21,6 +21,7 @@ func (s *Scheduler) Stats() Stats {
 		Seeded:      uint32(min(s.seeded, math.MaxUint32)),
 		Warming:     s.warming,
 		Admission:   s.adm.stats,
+		Splits:      s.splitCount,
 	}
 	st.Admission.Waiting, st.Admission.Holding = s.adm.parked.n, s.adm.holding
 	if s.budgets != nil {

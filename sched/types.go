@@ -37,6 +37,35 @@ type Worker struct {
 	// MaxBatchedTokens is the worker's max_num_batched_tokens; 0 means
 	// DefaultMaxBatchedTokens.
 	MaxBatchedTokens uint64
+	// Role is the worker's part in prefill/decode disaggregation.
+	Role Role
+}
+
+// Role is a worker's part in prefill/decode disaggregation.
+type Role uint8
+
+// Roles.
+const (
+	// RoleBoth serves whole requests, and the prefill half of split ones.
+	RoleBoth Role = iota
+	// RolePrefill serves only the prefill half of split requests: it is
+	// never a request's destination.
+	RolePrefill
+	// RoleDecode serves whole requests and the decode half of split
+	// ones, never a prefill half.
+	RoleDecode
+	// NumRoles counts the roles (a sentinel, not a role).
+	NumRoles
+)
+
+var roleNames = [NumRoles]string{"both", "prefill", "decode"}
+
+// String returns the workers file's spelling.
+func (r Role) String() string {
+	if r < NumRoles {
+		return roleNames[r]
+	}
+	return "role(" + strconv.Itoa(int(r)) + ")"
 }
 
 // Pin names the exact worker, and optionally the DP rank, a request must run on.
@@ -314,6 +343,10 @@ type Action struct {
 	ISL      uint64
 	Cached   uint64
 	Uncached uint64
+	// Prefill names, for a dispatch split into prefill and decode, the
+	// rank that runs the prefill half; Worker and Rank run the decode half.
+	// Its Worker is empty for a whole request.
+	Prefill RankRef
 	// Fallbacks are, for an unpinned dispatch with Config.Fallbacks > 0,
 	// the next-best eligible workers by the same selection cost (each at
 	// its cheapest rank), best first, none of them Worker. The slice is
@@ -378,7 +411,14 @@ type Config struct {
 	// MaxBudgetScopes bounds the tenant budgets tracked at once; 0 means
 	// DefaultMaxBudgetScopes.
 	MaxBudgetScopes int
+	// PDThreshold is the uncached prompt tokens on its decode worker at
+	// which a request is split into prefill and decode, when the fleet has
+	// prefill-role workers; 0 means DefaultPDThreshold.
+	PDThreshold uint64
 }
+
+// DefaultPDThreshold is llm-d's nonCachedTokens threshold of 512.
+const DefaultPDThreshold = 512
 
 // AdmissionConfig is SMG's request bucket (--max-concurrent-requests,
 // --rate-limit-tokens-per-second, --queue-size, --queue-timeout-secs).

@@ -39,6 +39,7 @@ func validateWorkers(list []Worker) error {
 type workerState struct {
 	id     string
 	model  string
+	role   Role
 	taints []string
 	// slots is the worker's SMG slot count; slotsGiven is set when the
 	// operator gave it (the engine's report cannot override it then).
@@ -96,8 +97,21 @@ func (n need) allows(id string) bool {
 	return false
 }
 
-// eligible reports whether w may serve an unpinned request with need n.
+// eligible reports whether w may be the destination of an unpinned
+// request with need n: a prefill-role worker never is.
 func (w *workerState) eligible(n need) bool {
+	return w.role != RolePrefill && w.fits(n)
+}
+
+// prefillEligible reports whether w may run the prefill half of a split
+// request with need n.
+func (w *workerState) prefillEligible(n need) bool {
+	return w.role != RoleDecode && w.fits(n)
+}
+
+// fits reports whether w serves n's model, carries its taints and is in
+// its subset.
+func (w *workerState) fits(n need) bool {
 	return w.serves(n.model) && w.carries(n.taints) && n.allows(w.id)
 }
 
@@ -141,6 +155,7 @@ func (s *Scheduler) busy(r *rankState, c *ClassSpec) bool {
 // ignored.
 func (s *Scheduler) installWorkers(list []Worker) {
 	old := s.ranks
+	s.prefillWorkers = 0
 	s.workers = make([]*workerState, 0, len(list))
 	s.byID = make(map[string]*workerState, len(list))
 	s.ranks = make(map[laneKey]*rankState, len(old))
@@ -151,6 +166,7 @@ func (s *Scheduler) installWorkers(list []Worker) {
 		ws := &workerState{
 			id:         w.ID,
 			model:      w.Model,
+			role:       w.Role,
 			taints:     append([]string(nil), w.Taints...),
 			slots:      w.MaxRunningRequests,
 			slotsGiven: w.MaxRunningRequests > 0,
@@ -179,6 +195,9 @@ func (s *Scheduler) installWorkers(list []Worker) {
 		}
 		s.workers = append(s.workers, ws)
 		s.byID[w.ID] = ws
+		if ws.role == RolePrefill {
+			s.prefillWorkers++
+		}
 	}
 	for k, r := range old {
 		if _, kept := s.ranks[k]; !kept && r.requests > 0 {
@@ -204,7 +223,7 @@ func (s *Scheduler) anyEligible(n need) bool {
 func (s *Scheduler) instances(model string) uint64 {
 	var n uint64
 	for _, w := range s.workers {
-		if w.serves(model) {
+		if w.serves(model) && w.role != RolePrefill {
 			n++
 		}
 	}
@@ -225,6 +244,9 @@ func (s *Scheduler) workerGate(e *entry) (open, eligible bool) {
 	nd := e.need()
 	if !c.Queues() {
 		return true, s.anyEligible(nd)
+	}
+	if s.splits(e) {
+		return s.prefillGate(e), s.anyEligible(nd)
 	}
 	var n, busy int
 	for _, w := range s.workers {
@@ -280,9 +302,9 @@ const (
 // number.
 func (s *Scheduler) resolvePin(n need, p Pin) (*rankState, uint32, pinFault) {
 	w := s.byID[p.Worker]
-	if w != nil && (!w.serves(n.model) || p.Worker == "") {
+	if w != nil && (!w.serves(n.model) || p.Worker == "" || w.role == RolePrefill) {
 		// The empty id names no exact lane (laneKey.exact), so a pin to it
-		// could not be honoured.
+		// could not be honoured; a prefill-role worker is no destination.
 		w = nil
 	}
 	if !p.HasRank {
@@ -384,20 +406,32 @@ func (s *Scheduler) snapshotCached(e *entry, model string, pinned string) uint64
 func (s *Scheduler) blocksOf(isl uint64) uint64 { return ceilDiv(isl, s.blockSize) }
 
 // book records e's load on rank r: its effective prefill tokens (ISL minus
-// the tokens r's worker has cached), its prompt blocks and one request.
+// the tokens r's worker has cached), its prompt blocks and one request. A
+// split request (e.prank set) books its prefill tokens on its prefill rank
+// instead, less what that worker has cached.
 func (s *Scheduler) book(e *entry, r *rankState) {
 	e.rank = r
-	e.prefill = e.isl - min(e.cachedOn(r.key.worker), e.isl)
-	r.prefill += e.prefill
+	if p := e.prank; p != nil {
+		e.prefill = e.isl - min(e.cachedOn(p.key.worker), e.isl)
+		p.prefill += e.prefill
+	} else {
+		e.prefill = e.isl - min(e.cachedOn(r.key.worker), e.isl)
+		r.prefill += e.prefill
+	}
 	r.blocks += s.blocksOf(e.isl)
 	r.requests++
 	s.bookSince(e, r)
 }
 
-// releasePrefill releases e's prefill tokens (its first token arrived).
+// releasePrefill releases e's prefill tokens (its first token arrived):
+// on its rank, or on its prefill rank for a split request.
 func (s *Scheduler) releasePrefill(e *entry) {
 	s.unbookSince(e)
-	e.rank.prefill -= e.prefill
+	if p := e.prank; p != nil {
+		p.prefill -= e.prefill
+	} else {
+		e.rank.prefill -= e.prefill
+	}
 	e.prefill = 0
 }
 
@@ -408,7 +442,7 @@ func (s *Scheduler) unbook(e *entry) {
 	s.releasePrefill(e)
 	r.blocks -= s.blocksOf(e.isl)
 	r.requests--
-	e.rank = nil
+	e.rank, e.prank = nil, nil
 	if r.removed && r.requests == 0 && s.ranks[r.key] == r {
 		delete(s.ranks, r.key)
 	}
