@@ -394,7 +394,7 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 				continue
 			}
 			// a.Fallbacks is the scheduler's: resolve it before its next call.
-			d.decide(a, d.workers.WithFallbacks(tg, a.Fallbacks))
+			d.decide(a, d.workers.WithPrefill(d.workers.WithFallbacks(tg, a.Fallbacks), a.Prefill))
 		case sched.ActionReject:
 			d.decide(a, fleet.Target{})
 			delete(d.boxes, a.ID)

@@ -1,16 +1,16 @@
 // Package extproc is tollgate's imperative shell: the Envoy ext_proc gRPC
 // service (envoy.service.ext_proc.v3.ExternalProcessor), the per-stream
 // phase state machine, the one dispatcher goroutine that owns the
-// scheduling core (package sched), the table that maps every outcome to an
-// HTTP answer, header and subset handling, receive limits, gRPC options,
-// health and the shell's metrics.
+// scheduling core (package sched), header and subset handling, receive
+// limits, gRPC options, health and the shell's metrics.
 //
 // The shell uses the sides, each a package under extproc/ that never
 // imports it (docs/architecture.md): intake turns headers and bodies into
 // scheduler requests and prices them (its CacheView owns the prefix
 // indexes); fleet validates and applies worker sets (one Applier hands
 // the dispatcher, the cache view, the scraper, the KV events and the
-// metric labels their projection of each set); the engine adapters
+// metric labels their projection of each set); answer holds the one table
+// that maps every refusal to its HTTP answer; the engine adapters
 // (engine/kvevents, engine/enginemetrics) feed what the engines report;
 // discovery/kube reports what the cluster holds; request/openai and
 // request/tokenize are the request libraries.
@@ -196,9 +196,8 @@
 //
 // # Answers
 //
-// One table (answerTable) maps every outcome to its status, headers and
-// JSON body: SMG's 429/503 scheduler_* rows with X-SMG-Error-Code and
-// Retry-After, Dynamo's 529 Overloaded body, 503 for no eligible worker or
-// an invalid pin, 503 with Retry-After while shutting down, 401, 400, 413
-// and 431. Nothing else chooses a status code.
+// One table, in extproc/answer, maps every outcome to its status, headers
+// and JSON body; the shell asks answer.For (and answer.FromIntake for
+// intake's refusals) and sends the ImmediateResponse it renders. Nothing
+// else chooses a status code.
 package extproc

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/extproc/answer"
 	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/extproc/request/openai"
@@ -287,7 +288,7 @@ func (x *exchange) onExpire(now time.Time) step {
 		x.deps.metrics.budgetExpired.Inc()
 		x.log.Info("queued request answered before Envoy's message timer fires", "request", x.id)
 		x.adm.release()
-		return x.reject(now, &rejection{reason: reasonQueueTimeout})
+		return x.reject(now, &answer.Rejection{Reason: answer.ReasonQueueTimeout})
 	case x.heldResp != nil && x.heldResp.timer.running:
 		if d := x.cfg.EnvoyMaxMessageTimeout; x.heldResp.timer.extend(now, d, d) {
 			return step{send: []*extprocv3.ProcessingResponse{overrideTimeout(d)}}
@@ -340,12 +341,12 @@ func (x *exchange) onDecided(now time.Time, n notice) step {
 		if a.Outcome == sched.OutcomeTenantRateLimited {
 			x.deps.metrics.tenantLimited.WithLabelValues(x.deps.metrics.tenants.Label(x.who.Tenant)).Inc()
 		}
-		rej, ok := rejectionFor(a)
+		rej, ok := answer.For(a)
 		switch {
 		case x.adm.decision.unknownModel:
-			rej = modelNotFound(a.Model)
+			rej = answer.ModelNotFound(a.Model)
 		case !ok:
-			rej = &rejection{reason: reasonNoEndpoints, model: a.Model}
+			rej = &answer.Rejection{Reason: answer.ReasonNoEndpoints, Model: a.Model}
 		}
 		return x.reject(now, rej)
 	}
@@ -373,8 +374,8 @@ func (x *exchange) preempt(time.Time) step {
 	x.adm.release()
 	x.stage = stageOver
 	x.heldResp = nil
-	r := &rejection{reason: reasonPreempted}
-	x.deps.metrics.rejections.WithLabelValues(r.code()).Inc()
+	r := &answer.Rejection{Reason: answer.ReasonPreempted}
+	x.deps.metrics.rejections.WithLabelValues(r.Code()).Inc()
 	x.log.Debug("request preempted", "request", x.id, "answer", r.String())
 	return step{send: []*extprocv3.ProcessingResponse{immediateReply(r)}, end: true}
 }
@@ -386,19 +387,19 @@ func (x *exchange) onShutdown(now time.Time) step {
 		return step{}
 	}
 	x.adm.abandon()
-	return x.reject(now, &rejection{reason: reasonShutdown})
+	return x.reject(now, &answer.Rejection{Reason: answer.ReasonShutdown})
 }
 
 // reject answers the request with an ImmediateResponse and ends the
 // exchange.
-func (x *exchange) reject(now time.Time, r *rejection) step {
-	if r.reason == reasonClassLimit || r.reason == reasonDeadlineExceeded {
-		r.status = x.cfg.ClassLimitStatus
+func (x *exchange) reject(now time.Time, r *answer.Rejection) step {
+	if r.Reason == answer.ReasonClassLimit || r.Reason == answer.ReasonDeadlineExceeded {
+		r.Status = x.cfg.ClassLimitStatus
 	}
 	x.stage = stageOver
-	x.deps.metrics.rejections.WithLabelValues(r.code()).Inc()
+	x.deps.metrics.rejections.WithLabelValues(r.Code()).Inc()
 	if !x.start.IsZero() {
-		x.deps.metrics.admission.WithLabelValues(r.code()).Observe(now.Sub(x.start).Seconds())
+		x.deps.metrics.admission.WithLabelValues(r.Code()).Observe(now.Sub(x.start).Seconds())
 	}
 	x.log.Debug("request rejected", "request", x.id, "answer", r.String())
 	return step{send: []*extprocv3.ProcessingResponse{immediateReply(r)}, end: true}

@@ -7,6 +7,7 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/tollgate/tollgate/extproc/answer"
 	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/extproc/request/openai"
@@ -68,7 +69,7 @@ func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest,
 	x.kind, x.scheduled = openai.RouteKind(hdr.method, hdr.path)
 	var irej *intake.Rejection
 	if x.who, irej = x.deps.planner.Identify(hdr.lookup, x.clientIP(m), x.scheduled); irej != nil {
-		return x.reject(now, fromIntake(irej))
+		return x.reject(now, answer.FromIntake(irej))
 	}
 	if x.subset, rej = subsetOf(m.GetMetadataContext()); rej != nil {
 		return x.reject(now, rej)
@@ -119,7 +120,7 @@ func (x *exchange) requestBody(now time.Time, b *extprocv3.HttpBody) step {
 	x.reqTimer.start(now, x.cfg.EnvoyMessageTimeout, !x.duplex())
 	if len(x.body)+len(b.GetBody()) > x.cfg.MaxBodyBytes {
 		x.body = nil
-		return x.reject(now, bodyTooLarge(x.cfg.MaxBodyBytes))
+		return x.reject(now, answer.BodyTooLarge(x.cfg.MaxBodyBytes))
 	}
 	if x.body == nil && b.GetEndOfStream() {
 		x.body = b.GetBody() // the whole body in one message: no copy
@@ -176,27 +177,27 @@ func (x *exchange) complete(now time.Time) step {
 			// is left, and it cannot set a header, so a CONTINUE would
 			// forward the request with whatever destination header the
 			// client sent.
-			return x.reject(now, &rejection{reason: reasonBadRequest,
-				message: "a request with trailers and no body cannot be routed: send the request without trailers or with a body"})
+			return x.reject(now, &answer.Rejection{Reason: answer.ReasonBadRequest,
+				Message: "a request with trailers and no body cannot be routed: send the request without trailers or with a body"})
 		}
 		model := x.rewrite(intake.ModelField(x.body))
 		t, ok, err := x.env.route(model, x.subset)
 		switch {
 		case errors.Is(err, errStopped):
-			return x.reject(now, &rejection{reason: reasonShutdown})
+			return x.reject(now, &answer.Rejection{Reason: answer.ReasonShutdown})
 		case err != nil:
 			return x.departed()
 		case !ok && x.subset != nil:
-			return x.reject(now, &rejection{reason: reasonNoEndpoints, model: model, message: subsetUnmatched})
+			return x.reject(now, &answer.Rejection{Reason: answer.ReasonNoEndpoints, Model: model, Message: subsetUnmatched})
 		case !ok:
-			return x.reject(now, &rejection{reason: reasonNoEndpoints, model: model})
+			return x.reject(now, &answer.Rejection{Reason: answer.ReasonNoEndpoints, Model: model})
 		}
 		x.deps.metrics.admission.WithLabelValues("routed").Observe(now.Sub(x.start).Seconds())
 		return step{send: x.routeReplies(t)}
 	}
 	pl, rej := x.deps.planner.Build(x.env.context(), now, x.id, x.kind, x.hdr.lookup, x.who, x.body, x.headersOnly, x.rewriteParsed)
 	if rej != nil {
-		return x.reject(now, fromIntake(rej))
+		return x.reject(now, answer.FromIntake(rej))
 	}
 	x.plan = pl
 	pl.Req.Arrival = x.start // a flat policy class's deadline counts from here

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/sched"
 )
 
@@ -79,7 +81,7 @@ func TestExchange_BufferedAdmission(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{headerDestination: "10.0.0.7:8000"}, headerMap(mut)); diff != "" {
 		t.Errorf("set headers (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{headerUpstreamRank}, mut.GetRemoveHeaders()); diff != "" {
+	if diff := cmp.Diff([]string{headerUpstreamRank, headerPrefiller}, mut.GetRemoveHeaders()); diff != "" {
 		t.Errorf("remove headers (-want +got):\n%s", diff)
 	}
 	for _, h := range mut.GetSetHeaders() {
@@ -787,5 +789,18 @@ func TestExchange_UsageComparison(t *testing.T) {
 		if labels["model"] != "llama" || labels["tokenizer"] != "estimate" {
 			t.Errorf("cost error labels %v, want model llama, tokenizer estimate", labels)
 		}
+	}
+}
+
+// A split request names its prefill worker in x-prefiller-host-port; a
+// whole one removes the header, so a client's value never reaches a worker.
+func TestRouting_PrefillerHeader(t *testing.T) {
+	split, _ := routing(fleet.Target{Address: "10.0.0.7:8000", Prefiller: "10.0.0.9:8000"})
+	if got := headerMap(split)[headerPrefiller]; got != "10.0.0.9:8000" || slices.Contains(split.GetRemoveHeaders(), headerPrefiller) {
+		t.Errorf("split: set %v, removed %v", headerMap(split), split.GetRemoveHeaders())
+	}
+	whole, _ := routing(fleet.Target{Address: "10.0.0.7:8000"})
+	if _, set := headerMap(whole)[headerPrefiller]; set || !slices.Contains(whole.GetRemoveHeaders(), headerPrefiller) {
+		t.Errorf("whole: set %v, removed %v", headerMap(whole), whole.GetRemoveHeaders())
 	}
 }

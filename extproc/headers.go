@@ -6,6 +6,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
+	"github.com/tollgate/tollgate/extproc/answer"
 	"github.com/tollgate/tollgate/sched/policy"
 )
 
@@ -28,6 +29,10 @@ const (
 	// data-parallel rank, and so also one of the rank pin headers a client
 	// may send.
 	headerUpstreamRank = policy.HeaderDataParallelRankAlias
+	// headerPrefiller names the prefill worker of a split request to the
+	// decode worker's sidecar (llm-d's contract). Only tollgate sets it: a
+	// client's value is always removed.
+	headerPrefiller = "x-prefiller-host-port"
 )
 
 // headerInfo is what tollgate reads from the request headers. Values are
@@ -108,10 +113,10 @@ func headerValueLen(h *corev3.HeaderValue) int {
 // x-dynamo-meta-* entries and 64 KiB of metadata. Names are compared in lower
 // case whatever the sender did. Of the other headers it keeps the values of
 // those in keep (readHeaders).
-func parseHeaders(hm *corev3.HeaderMap, keep headerSet, maxBytes, maxCount int) (*headerInfo, *rejection) {
+func parseHeaders(hm *corev3.HeaderMap, keep headerSet, maxBytes, maxCount int) (*headerInfo, *answer.Rejection) {
 	if n := len(hm.GetHeaders()); n > maxCount {
-		return nil, &rejection{reason: reasonHeadersTooLarge,
-			message: fmt.Sprintf("request has %d header entries, more than the limit of %d", n, maxCount)}
+		return nil, &answer.Rejection{Reason: answer.ReasonHeadersTooLarge,
+			Message: fmt.Sprintf("request has %d header entries, more than the limit of %d", n, maxCount)}
 	}
 	h := &headerInfo{values: make(map[string]string, 4)}
 	metaEntries, metaBytes := 0, 0
@@ -120,8 +125,8 @@ func parseHeaders(hm *corev3.HeaderMap, keep headerSet, maxBytes, maxCount int) 
 		valLen := headerValueLen(hv)
 		h.bytes += len(key) + valLen
 		if h.bytes > maxBytes {
-			return nil, &rejection{reason: reasonHeadersTooLarge,
-				message: fmt.Sprintf("request headers exceed the limit of %d bytes", maxBytes)}
+			return nil, &answer.Rejection{Reason: answer.ReasonHeadersTooLarge,
+				Message: fmt.Sprintf("request headers exceed the limit of %d bytes", maxBytes)}
 		}
 		if hasUpper(key) {
 			key = strings.ToLower(key)
@@ -147,12 +152,12 @@ func parseHeaders(hm *corev3.HeaderMap, keep headerSet, maxBytes, maxCount int) 
 			metaEntries++
 			metaBytes += len(key) - len(metaPrefix) + valLen
 			if metaEntries > maxMetaEntries {
-				return nil, &rejection{reason: reasonHeadersTooLarge,
-					message: fmt.Sprintf("too many %s* headers: more than %d", metaPrefix, maxMetaEntries)}
+				return nil, &answer.Rejection{Reason: answer.ReasonHeadersTooLarge,
+					Message: fmt.Sprintf("too many %s* headers: more than %d", metaPrefix, maxMetaEntries)}
 			}
 			if metaBytes > maxMetaBytes {
-				return nil, &rejection{reason: reasonHeadersTooLarge,
-					message: fmt.Sprintf("%s* headers exceed %d bytes", metaPrefix, maxMetaBytes)}
+				return nil, &answer.Rejection{Reason: answer.ReasonHeadersTooLarge,
+					Message: fmt.Sprintf("%s* headers exceed %d bytes", metaPrefix, maxMetaBytes)}
 			}
 		}
 		if keep.has(key) {

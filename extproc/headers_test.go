@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/tollgate/tollgate/extproc/answer"
 	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched/policy"
 )
@@ -87,7 +88,7 @@ func TestParseHeaders_KeepsWhatPolicyReads(t *testing.T) {
 }
 
 func TestParseHeaders_Limits(t *testing.T) {
-	if _, rej := parseHeaders(headerMapOf("a", strings.Repeat("x", 100)), headerSet{}, 100, DefaultMaxHeaderCount); rej == nil || rej.reason != reasonHeadersTooLarge {
+	if _, rej := parseHeaders(headerMapOf("a", strings.Repeat("x", 100)), headerSet{}, 100, DefaultMaxHeaderCount); rej == nil || rej.Reason != answer.ReasonHeadersTooLarge {
 		t.Errorf("101 bytes over a 100-byte limit: %v", rej)
 	}
 	if _, rej := parseHeaders(headerMapOf("a", strings.Repeat("x", 99)), headerSet{}, 100, DefaultMaxHeaderCount); rej != nil {
@@ -104,7 +105,7 @@ func TestParseHeaders_Limits(t *testing.T) {
 		t.Error("65 metadata entries accepted")
 	}
 	big := strings.Repeat("v", 64<<10)
-	if _, rej := parseHeaders(headerMapOf("x-dynamo-meta-a", big), headerSet{}, 1<<20, DefaultMaxHeaderCount); rej == nil || !strings.Contains(rej.text(), "65536 bytes") {
+	if _, rej := parseHeaders(headerMapOf("x-dynamo-meta-a", big), headerSet{}, 1<<20, DefaultMaxHeaderCount); rej == nil || !strings.Contains(rej.Text(), "65536 bytes") {
 		t.Errorf("metadata over 64 KiB: %v", rej)
 	}
 }
@@ -144,10 +145,10 @@ func FuzzParseHeaders(f *testing.F) {
 		keep := readHeaders(policy.DefaultTenantHeader)
 		h, rej := parseHeaders(hm, keep, limit, 1<<20)
 		if rej != nil {
-			if rej.reason != reasonHeadersTooLarge || rej.text() == "" {
+			if rej.Reason != answer.ReasonHeadersTooLarge || rej.Text() == "" {
 				t.Fatalf("rejection %v", rej)
 			}
-			_ = rej.immediate()
+			_ = rej.Immediate()
 			return
 		}
 		if h.bytes > limit {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	protov2 "google.golang.org/protobuf/proto"
 
+	"github.com/tollgate/tollgate/extproc/answer"
 	"github.com/tollgate/tollgate/sched/policy"
 )
 
@@ -108,7 +109,7 @@ func FuzzHeaderMapLimits(f *testing.F) {
 		}
 		h, rej := parseHeaders(hm, readHeaders(policy.DefaultTenantHeader), limit, count)
 		if rej != nil {
-			if rej.reason != reasonHeadersTooLarge {
+			if rej.Reason != answer.ReasonHeadersTooLarge {
 				t.Fatalf("rejection %v", rej)
 			}
 			return

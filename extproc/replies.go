@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/tollgate/tollgate/extproc/answer"
 	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
@@ -21,15 +22,22 @@ const maxDuplexChunk = 62_000
 // DP-rank header for a multi-rank worker (removed otherwise, so a client
 // value never reaches a worker that did not get a rank), and
 // envoy.lb/x-gateway-destination-endpoint, both naming t's fallbacks after
-// it when it has any. Set headers are sorted by name.
+// it when it has any, and x-prefiller-host-port for a split request
+// (removed otherwise: a client must not aim a decode worker's sidecar at an
+// address of its choice). Set headers are sorted by name.
 func routing(t fleet.Target) (*extprocv3.HeaderMutation, *structpb.Struct) {
-	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(headerDestination, t.Endpoints())}}
+	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{answer.SetHeader(headerDestination, t.Endpoints())}}
 	if t.MultiRank {
-		m.SetHeaders = append(m.SetHeaders, setHeader(headerUpstreamRank, strconv.FormatUint(uint64(t.Rank), 10)))
+		m.SetHeaders = append(m.SetHeaders, answer.SetHeader(headerUpstreamRank, strconv.FormatUint(uint64(t.Rank), 10)))
 	} else {
 		m.RemoveHeaders = []string{headerUpstreamRank}
 	}
-	sortHeaders(m.SetHeaders)
+	if t.Prefiller != "" {
+		m.SetHeaders = append(m.SetHeaders, answer.SetHeader(headerPrefiller, t.Prefiller))
+	} else {
+		m.RemoveHeaders = append(m.RemoveHeaders, headerPrefiller)
+	}
+	answer.SortHeaders(m.SetHeaders)
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{
 		lbNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 			headerDestination: structpb.NewStringValue(t.Endpoints()),
@@ -108,7 +116,7 @@ func overrideTimeout(d time.Duration) *extprocv3.ProcessingResponse {
 }
 
 // immediateReply ends the HTTP request with the rejection's answer.
-func immediateReply(r *rejection) *extprocv3.ProcessingResponse {
+func immediateReply(r *answer.Rejection) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
-		ImmediateResponse: r.immediate()}}
+		ImmediateResponse: r.Immediate()}}
 }

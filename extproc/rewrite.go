@@ -10,6 +10,7 @@ import (
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/tollgate/tollgate/extproc/answer"
 	"github.com/tollgate/tollgate/extproc/request/openai"
 )
 
@@ -90,7 +91,7 @@ func (x *exchange) bufferedResponseReply(body []byte) *extprocv3.ProcessingRespo
 		return r
 	}
 	r.GetResponseBody().Response.HeaderMutation = &extprocv3.HeaderMutation{
-		SetHeaders: []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(out)))},
+		SetHeaders: []*corev3.HeaderValueOption{answer.SetHeader("content-length", strconv.Itoa(len(out)))},
 	}
 	r.GetResponseBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
 	return r
@@ -108,8 +109,8 @@ func (x *exchange) bufferedBodyReply(mut *extprocv3.HeaderMutation) *extprocv3.P
 		mut = &extprocv3.HeaderMutation{}
 		r.GetRequestBody().Response.HeaderMutation = mut
 	}
-	mut.SetHeaders = append(mut.SetHeaders, setHeader("content-length", fmt.Sprint(len(x.newBody))))
-	sortHeaders(mut.SetHeaders)
+	mut.SetHeaders = append(mut.SetHeaders, answer.SetHeader("content-length", fmt.Sprint(len(x.newBody))))
+	answer.SortHeaders(mut.SetHeaders)
 	r.GetRequestBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: x.newBody}}
 	return r
 }

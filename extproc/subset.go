@@ -8,6 +8,8 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tollgate/tollgate/extproc/answer"
 )
 
 // The endpoint picker protocol lets the data plane name the endpoints a
@@ -72,7 +74,7 @@ func (s *subset) String() string {
 // (503) when the hint is empty, malformed or too large. The value is a list
 // of strings or one comma-separated string; list entries may themselves be
 // comma-separated. Entries are trimmed; empty ones are skipped.
-func subsetOf(md *corev3.Metadata) (*subset, *rejection) {
+func subsetOf(md *corev3.Metadata) (*subset, *answer.Rejection) {
 	ns, ok := md.GetFilterMetadata()[subsetNamespace]
 	if !ok {
 		return nil, nil
@@ -102,9 +104,9 @@ func subsetOf(md *corev3.Metadata) (*subset, *rejection) {
 	}
 	switch {
 	case err != nil:
-		return nil, &rejection{reason: reasonNoEndpoints, message: "invalid endpoint subset hint: " + err.Error()}
+		return nil, &answer.Rejection{Reason: answer.ReasonNoEndpoints, Message: "invalid endpoint subset hint: " + err.Error()}
 	case s.entries == 0:
-		return nil, &rejection{reason: reasonNoEndpoints, message: "the endpoint subset hint (" + subsetNamespace + "/" + subsetKey + ") is empty: no endpoint may serve the request"}
+		return nil, &answer.Rejection{Reason: answer.ReasonNoEndpoints, Message: "the endpoint subset hint (" + subsetNamespace + "/" + subsetKey + ") is empty: no endpoint may serve the request"}
 	}
 	return s, nil
 }
@@ -173,17 +175,17 @@ const headerTestEndpointSelection = "test-epp-endpoint-selection"
 // withTestSelection narrows sub (nil: none) by the test endpoint
 // selection header when it is enabled and present. A header that names no
 // endpoint is answered 503, as the peer's filter leaves no candidate.
-func (x *exchange) withTestSelection(sub *subset) (*subset, *rejection) {
+func (x *exchange) withTestSelection(sub *subset) (*subset, *answer.Rejection) {
 	v, ok := x.hdr.lookup(headerTestEndpointSelection)
 	if !x.cfg.TestEndpointSelection || !ok {
 		return sub, nil
 	}
 	t := newSubset()
 	if err := t.add(v); err != nil {
-		return nil, &rejection{reason: reasonNoEndpoints, message: "invalid " + headerTestEndpointSelection + " header: " + err.Error()}
+		return nil, &answer.Rejection{Reason: answer.ReasonNoEndpoints, Message: "invalid " + headerTestEndpointSelection + " header: " + err.Error()}
 	}
 	if t.entries == 0 {
-		return nil, &rejection{reason: reasonNoEndpoints, message: "the " + headerTestEndpointSelection + " header names no endpoint"}
+		return nil, &answer.Rejection{Reason: answer.ReasonNoEndpoints, Message: "the " + headerTestEndpointSelection + " header names no endpoint"}
 	}
 	t.and = sub
 	return t, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/tollgate/tollgate/extproc/answer"
 	"github.com/tollgate/tollgate/extproc/fleet"
 )
 
@@ -68,12 +69,12 @@ func TestSubsetOf(t *testing.T) {
 			s, rej := subsetOf(c.md)
 			switch {
 			case c.reject != "":
-				if rej == nil || rej.reason != reasonNoEndpoints || !strings.Contains(rej.message, c.reject) {
+				if rej == nil || rej.Reason != answer.ReasonNoEndpoints || !strings.Contains(rej.Message, c.reject) {
 					t.Fatalf("got %v %v, want a 503 containing %q", s, rej, c.reject)
 				}
 				return
 			case rej != nil:
-				t.Fatalf("rejected: %v", rej.message)
+				t.Fatalf("rejected: %v", rej.Message)
 			case c.none:
 				if s != nil {
 					t.Fatalf("got subset %v, want none", s)
@@ -102,7 +103,7 @@ func TestWorkerSetAllowed(t *testing.T) {
 	for in, want := range map[string]string{"10.0.0.1": "a,b", "10.0.0.1:8001,10.0.0.2:8000": "b,c", "10.0.0.9": ""} {
 		s, rej := subsetOf(subsetMetadata(structpb.NewStringValue(in)))
 		if rej != nil {
-			t.Fatal(rej.message)
+			t.Fatal(rej.Message)
 		}
 		if got := strings.Join(ws.Allowed(s.admits), ","); got != want {
 			t.Errorf("allowed(%q) = %q, want %q", in, got, want)

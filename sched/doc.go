@@ -1,8 +1,10 @@
 // Package sched is tollgate's scheduling core: NVIDIA Dynamo's router
 // policy-class queues (Deficit Round Robin across classes, FCFS/WSPT inside a
-// class, exact-worker lanes, busy thresholds, per-worker queue limits) and
-// SMG's priority admission (slot reservations per priority class, queue size
-// and timeout, starvation promotion, preemption) unified in one queue model.
+// class or EDF inside a flat SLO class, exact-worker lanes, busy thresholds,
+// per-worker queue limits, SLO deadlines) and SMG's priority admission (slot
+// reservations per priority class, queue size and timeout, starvation
+// promotion, preemption) unified in one queue model, behind SMG's rate
+// limits (the request bucket and the tenant budgets).
 //
 // The package is pure: it imports only the standard library, starts no
 // goroutines, never reads the clock (every operation takes now as an
@@ -18,10 +20,12 @@
 // so: an ActionQueue is the last action of a Submit whose request is still
 // queued when the call returns. A queued request leaves the queue exactly
 // once: dispatched by a later call (an ActionDispatch), rejected (an
-// ActionReject: queue timeout, worker removed, shutdown), or released by
-// the shell (Release) without an action. A dispatched request holds its
-// slot and its worker booking until Release; FirstToken releases its
-// prefill tokens early. Release is the one way the shell gives a request
+// ActionReject: queue timeout, deadline passed, worker removed, shutdown),
+// or released by the shell (Release) without an action. A request waiting
+// in SMG's legacy admission queue is queued too, with one ActionQueue
+// whichever queues it waits in. A dispatched request holds its slot and
+// its worker booking until Release; FirstToken releases its prefill tokens
+// early. Release is the one way the shell gives a request
 // back, whether the client left, the response ended or a preemption was
 // answered. Every call returns the actions it caused, in order; the
 // returned slice is reused by the next call, so copy to retain.
@@ -32,6 +36,24 @@
 // follows the duplicate-id check, before the pin and eligibility). Requests
 // in flight run to their Release. The shell relies on this rule alone; it
 // does not keep its own.
+//
+// # Gates in front of the queues
+//
+// Submit runs SMG's request bucket first (admission.go, on bucket.go's
+// token bucket): with priority admission the request-rate check
+// (OutcomeRateLimited), without it the legacy admission, whose waiters are
+// parked in arrival order until a token frees or QueueTimeout passes
+// (OutcomeAdmissionFull, OutcomeAdmissionTimeout). Then the tenant budgets
+// (budget.go): the request reserves its prompt tokens and one request from
+// its tenant's scope and its model rule's, or is rejected with
+// OutcomeTenantRateLimited; Usage settles the tokens. A parked waiter
+// reserves when it leaves the admission queue. Then the policy class: a
+// flat profile rejects an unknown class name (OutcomeUnknownClass), and a
+// flat class fixes the deadline arrival + SLO (slo.go). A request already
+// past its deadline when it would be queued is shed at once
+// (OutcomeDeadlineExceeded, stage admission); a queued one is shed at the
+// start of the first call after its deadline (stage dispatch), without
+// charging its class's deficit.
 //
 // # The unified queue model
 //
@@ -66,8 +88,9 @@
 // already a backlog (no bypass) or a closed worker gate; or the slot gate is
 // on and a request of the same or a higher priority class is already queued
 // in its policy class (no barging: FIFO hand-off) or its class has no free
-// slot. Entry into a queue is checked in order: SMG queue_size (OutcomeQueueFull), Dynamo's per-worker limits
-// (OutcomeClassLimit). A queued arrival of a can_preempt class that found
+// slot. Entry into a queue is checked in order: a flat class's deadline
+// (OutcomeDeadlineExceeded), SMG queue_size (OutcomeQueueFull), Dynamo's
+// per-worker limits (OutcomeClassLimit). A queued arrival of a can_preempt class that found
 // no free slot then preempts at most one victim: the newest in-flight
 // request, without a first token, of the lowest class below its own. The
 // victim's slot goes to its preemptor first when the victim ends.
@@ -91,7 +114,8 @@
 // the capacity except right after a shrink, and then only decrease; the
 // slots a worker's seeds hold never exceed its own slots; no
 // queued request has passed its queue timeout after Tick(now) (priority
-// scheduler on). Timeouts and promotions are driven by NextDeadline and
+// scheduler on); after any call at now, no queued request is past its
+// deadline and no admission waiter has waited QueueTimeout. Timeouts and promotions are driven by NextDeadline and
 // Tick; nothing polls. Steady-state Submit, dispatch and Release allocate
 // nothing: entries are pooled and the returned actions slice is reused.
 package sched

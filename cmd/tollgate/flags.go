@@ -43,6 +43,7 @@ type options struct {
 	defaultMaxClass   string
 	tenantMetricTopN  int
 	rateLimits        rateLimitOptions
+	pdThreshold       uint64
 	tenantAPIKeys     stringList
 	tenantAPIKeysFile string
 	apiKey            string
@@ -164,6 +165,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 	registerEngineFlags(fs, &o.engine)
 	registerKVEventsFlags(fs, &o.kvEvents)
 	registerRateLimitFlags(fs, &o.rateLimits)
+	registerPDFlags(fs, &o.pdThreshold)
 	registerFairnessFlags(fs, &o.fairness)
 	registerPickerFlags(fs, &o.picker)
 	return fs
@@ -339,12 +341,16 @@ func checkListenAddr(flag, addr string) error {
 func (o *options) schedConfig() (sched.Config, error) {
 	var errs []error
 	sc := sched.Config{
-		BlockSize: o.blockSize,
+		BlockSize:   o.blockSize,
+		PDThreshold: o.pdThreshold,
 		Selection: &sched.SelectionConfig{
 			PrefillLoadScale: o.prefillLoadScale,
 			OverlapCredit:    o.overlapCredit,
 			Temperature:      o.routerTemperature,
 		},
+	}
+	if o.pdThreshold == 0 {
+		errs = append(errs, errors.New("--pd-uncached-threshold must be positive"))
 	}
 	if o.routerTemperature < 0 || o.prefillLoadScale < 0 || o.overlapCredit < 0 {
 		errs = append(errs, errors.New("--router-temperature, --router-prefill-load-scale and --router-kv-overlap-score-credit must be >= 0"))

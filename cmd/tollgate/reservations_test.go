@@ -78,7 +78,7 @@ func TestCheckConfig_WorkersFileProblems(t *testing.T) {
 		"problem: " + workers + `:4:27: worker "w1": max_running_requests: invalid type: string "abc", expected an integer in [1, 4294967295]`,
 		"problem: " + workers + `:5:9: worker "w1": duplicate id (also worker 0, line 2)`,
 		"problem: " + workers + `:6:14: worker "w1": address "worker.local:8000" is not a literal IP:port (hostnames are not resolved; Envoy's ORIGINAL_DST cluster needs an IP)`,
-		"problem: " + workers + `:7:5: worker "w1": unknown field "slots", expected one of id, address, max_running_requests, max_num_batched_tokens, dp_size, dp_start_rank, taints, model, metrics_url, kv_events_endpoint, kv_events_replay_endpoint`,
+		"problem: " + workers + `:7:5: worker "w1": unknown field "slots", expected one of id, address, max_running_requests, max_num_batched_tokens, dp_size, dp_start_rank, taints, model, role, metrics_url, kv_events_endpoint, kv_events_replay_endpoint`,
 	}
 	if code != 1 || !strings.Contains(out, strings.Join(want, "\n")+"\n") {
 		t.Fatalf("code %d, want 1 and\n%s\noutput:\n%s", code, strings.Join(want, "\n"), out)

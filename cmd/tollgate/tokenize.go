@@ -9,6 +9,7 @@ import (
 	"io"
 
 	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/answer"
 	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/extproc/request/tokenize"
@@ -65,9 +66,9 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	var rej *intake.Rejection
 	switch {
 	case errors.As(err, &rej):
-		status, answer := extproc.Answer(rej)
-		fmt.Fprintf(stderr, "%s\n", answer)
-		return fmt.Errorf("serve would reject this request with status %d", status)
+		a := answer.FromIntake(rej)
+		fmt.Fprintf(stderr, "%s\n", a.Body())
+		return fmt.Errorf("serve would reject this request with status %d", a.HTTPStatus())
 	case ctx.Err() != nil:
 		return fmt.Errorf("interrupted: %w", context.Cause(ctx))
 	case err != nil:

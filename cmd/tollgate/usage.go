@@ -24,7 +24,7 @@ var flagGroups = []flagGroup{
 	{"Dynamo router policy (policy-class queues, worker selection)", []string{
 		"router-policy-config", "router-queue-threshold", "router-queue-policy", "class-limit-status",
 		"router-temperature", "router-prefill-load-scale", "router-kv-overlap-score-credit", "seed",
-		"fallback-endpoints", "model-rewrite",
+		"fallback-endpoints", "model-rewrite", "pd-uncached-threshold",
 	}},
 	{"SMG priority scheduler", []string{
 		"priority-scheduler-enabled", "priority-scheduler-config", "priority-scheduler-default-max-class",

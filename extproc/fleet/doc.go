@@ -7,6 +7,11 @@
 // the KV-event subscriptions, the metric labels) takes its projection of
 // the same immutable Set.
 //
+// A worker's role in prefill/decode disaggregation (Worker.Role: both,
+// prefill or decode) reaches the core as sched.Worker.Role; a prefill
+// worker is never a request's destination, only the prefill half of split
+// requests runs there.
+//
 // fleet imports the engine adapters only for the projection types they
 // take (kvevents.Endpoint, enginemetrics.Target) and the endpoint checks;
 // it never imports the shell.

@@ -22,6 +22,7 @@ const MaxWorkersFileBytes = 4 << 20
 //
 //	workers:
 //	- {id: w0, address: "10.0.0.7:8000", max_running_requests: 64, dp_size: 2, model: llama}
+//	- {id: p0, address: "10.0.0.8:8000", role: prefill}
 //
 // It reports every problem of the file, joined, each as
 // "PATH:LINE:COLUMN: problem" (see ParseWorkers).
@@ -85,7 +86,7 @@ func ParseWorkers(data []byte, name string) ([]Worker, error) {
 // the json name of a Worker field (TestWorkerKeys_MatchTheJSONNames).
 var workerKeys = []string{
 	"id", "address", "max_running_requests", "max_num_batched_tokens", "dp_size", "dp_start_rank",
-	"taints", "model", "metrics_url", "kv_events_endpoint", "kv_events_replay_endpoint",
+	"taints", "model", "role", "metrics_url", "kv_events_endpoint", "kv_events_replay_endpoint",
 }
 
 // zeroMeansDefault lists the worker keys whose zero value selects a default
@@ -282,6 +283,8 @@ func readWorkerKey(r *policy.YAMLReader, key string, n *yaml.Node, w *Worker) []
 		return errs
 	case "model":
 		w.Model, err = r.String(n)
+	case "role":
+		w.Role, err = r.String(n)
 	case "metrics_url":
 		w.MetricsURL, err = r.String(n)
 	case "kv_events_endpoint":

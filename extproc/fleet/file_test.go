@@ -13,7 +13,7 @@ import (
 // workers file reads "FILE:LINE:COLUMN: worker: key: what is wrong", with
 // the valid keys or the range, as the policy files' problems do.
 func TestParseWorkers_ProblemsNameFileLineAndColumn(t *testing.T) {
-	const lim = "expected one of id, address, max_running_requests, max_num_batched_tokens, dp_size, dp_start_rank, taints, model, metrics_url, kv_events_endpoint, kv_events_replay_endpoint"
+	const lim = "expected one of id, address, max_running_requests, max_num_batched_tokens, dp_size, dp_start_rank, taints, model, role, metrics_url, kv_events_endpoint, kv_events_replay_endpoint"
 	tests := []struct {
 		name, yaml, want string
 	}{
@@ -49,6 +49,10 @@ func TestParseWorkers_ProblemsNameFileLineAndColumn(t *testing.T) {
 			`w.yaml:2:46: worker "w0": taints: invalid type: map, expected a string`},
 		{"empty taint", "workers:\n- {id: w0, address: 10.0.0.1:80, taints: [\"\"]}\n",
 			`w.yaml:2:42: worker "w0": taints contain an empty value`},
+		{"unknown role", "workers:\n- id: w0\n  address: 10.0.0.1:80\n  role: prefill-decode\n",
+			`w.yaml:4:9: worker "w0": role "prefill-decode" is not one of both, prefill, decode`},
+		{"role not a string", "workers:\n- {id: w0, address: 10.0.0.1:80, role: [prefill]}\n",
+			`w.yaml:2:40: worker "w0": role: invalid type: sequence, expected a string`},
 		{"dp_size too large", "workers:\n- {id: w0, address: 10.0.0.1:80, dp_size: 16385}\n",
 			`w.yaml:2:43: worker "w0": dp_size 16385 exceeds 16384`},
 		{"kv endpoint", "workers:\n- {id: w0, address: 10.0.0.1:80, kv_events_endpoint: 10.0.0.1:5557}\n",
@@ -109,7 +113,7 @@ func TestLoadWorkersFile_EveryProblemInOneRun(t *testing.T) {
 	}
 	want := []string{
 		`:4:27: worker "w1": max_running_requests: invalid type: string "abc", expected an integer in [1, 4294967295]`,
-		`:5:5: worker "w1": unknown field "gpus", expected one of id, address, max_running_requests, max_num_batched_tokens, dp_size, dp_start_rank, taints, model, metrics_url, kv_events_endpoint, kv_events_replay_endpoint`,
+		`:5:5: worker "w1": unknown field "gpus", expected one of id, address, max_running_requests, max_num_batched_tokens, dp_size, dp_start_rank, taints, model, role, metrics_url, kv_events_endpoint, kv_events_replay_endpoint`,
 		`:6:9: worker "w1": duplicate id (also worker 0, line 2)`,
 		`:7:14: worker "w1": address "worker-2.local:8000" is not a literal IP:port (hostnames are not resolved; Envoy's ORIGINAL_DST cluster needs an IP)`,
 		`:8:14: worker "w1": dp_size: 0 is not a valid value; omit it for one rank, or give a positive rank count`,
@@ -134,11 +138,13 @@ func TestValidateWorkers_WithoutPositions(t *testing.T) {
 		{ID: "a", Address: "10.0.0.1:80"},
 		{ID: "a", Address: "host:80"},
 		{Address: "10.0.0.2:80", KVEventsReplayEndpoint: "tcp://10.0.0.2:5558"},
+		{ID: "d", Address: "10.0.0.3:80", Role: "Decode"},
 	})
 	want := `worker "a": duplicate id (also worker 0)
 worker "a": address "host:80" is not a literal IP:port (hostnames are not resolved; Envoy's ORIGINAL_DST cluster needs an IP)
 worker 2: id is required
-worker 2: kv_events_replay_endpoint without kv_events_endpoint`
+worker 2: kv_events_replay_endpoint without kv_events_endpoint
+worker "d": role "Decode" is not one of both, prefill, decode`
 	if err == nil || err.Error() != want {
 		t.Fatalf("error\n%v\nwant\n%s", err, want)
 	}
@@ -165,6 +171,7 @@ func TestWorkerKeys_MatchTheJSONNames(t *testing.T) {
   dp_start_rank: 4
   taints: [t]
   model: m
+  role: prefill
   metrics_url: /m
   kv_events_endpoint: tcp://10.0.0.7:5557
   kv_events_replay_endpoint: tcp://10.0.0.7:5558

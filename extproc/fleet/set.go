@@ -42,6 +42,7 @@ func NewSet(ws []Worker) (*Set, error) {
 		KV: make([]kvevents.Endpoint, len(ws)), Targets: make([]enginemetrics.Target, len(ws))}
 	for i, w := range ws {
 		ap, _ := parseAddress(w.Address) // validated above
+		role, _ := ParseRole(w.Role)     // validated above
 		s.Sched[i] = sched.Worker{
 			ID:                 w.ID,
 			Model:              w.Model,
@@ -50,6 +51,7 @@ func NewSet(ws []Worker) (*Set, error) {
 			DPStart:            w.DPStartRank,
 			MaxRunningRequests: w.MaxRunningRequests,
 			MaxBatchedTokens:   w.MaxNumBatchedTokens,
+			Role:               role,
 		}
 		s.addrs[w.ID] = Addr{Address: ap.String(), AddrPort: ap, Ranks: max(w.DPSize, 1)}
 		u, _ := enginemetrics.ResolveURL(ap.String(), w.MetricsURL) // validated above

@@ -18,6 +18,10 @@ type Target struct {
 	// Fallbacks are the next-best workers, named after Address in the
 	// routing header and metadata (the endpoint picker protocol's list).
 	Fallbacks []Target
+	// Prefiller is, for a request split into prefill and decode, the
+	// IP:port of the worker that runs its prefill (x-prefiller-host-port);
+	// empty for a whole request.
+	Prefiller string
 }
 
 // Endpoints is the routing value: the address, then the fallbacks',
@@ -43,6 +47,17 @@ func (s *Set) Target(worker string, rank uint32) (Target, bool) {
 		return Target{}, false
 	}
 	return Target{Worker: worker, Address: a.Address, Rank: rank, MultiRank: a.Ranks > 1}, true
+}
+
+// WithPrefill returns t naming the worker of p as its prefiller (llm-d's
+// x-prefiller-host-port), when p names one of the set. A worker with
+// several DP ranks is named by its address: its own server places the
+// prefill on a rank.
+func (s *Set) WithPrefill(t Target, p sched.RankRef) Target {
+	if a, ok := s.Addr(p.Worker); ok && p.Worker != "" {
+		t.Prefiller = a.Address
+	}
+	return t
 }
 
 // WithFallbacks returns t with the scheduler's fallbacks that can take

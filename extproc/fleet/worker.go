@@ -35,6 +35,9 @@ type Worker struct {
 	Taints []string `json:"taints,omitempty"`
 	// Model is the served model name; empty serves every model.
 	Model string `json:"model,omitempty"`
+	// Role is the worker's part in prefill/decode disaggregation (see
+	// ParseRole): "both" (also when empty), "prefill" or "decode".
+	Role string `json:"role,omitempty"`
 	// MetricsURL overrides where the engine's Prometheus metrics are read:
 	// empty means http://ADDRESS/metrics, ":PORT/PATH" or "/PATH" are
 	// relative to the address, else an absolute http(s) URL.
@@ -49,9 +52,9 @@ type Worker struct {
 
 // ValidateWorkers reports every problem of a worker set, joined: missing or
 // duplicate ids, addresses that are not literal IP:port, DP ranges that
-// overflow, empty taints, bad metrics URLs and KV-event endpoints. It is
-// the check of every worker set, with no file positions: a workers file
-// (ParseWorkers) adds them, Kubernetes discovery has none.
+// overflow, empty taints, unknown roles, bad metrics URLs and KV-event
+// endpoints. It is the check of every worker set, with no file positions: a
+// workers file (ParseWorkers) adds them, Kubernetes discovery has none.
 func ValidateWorkers(ws []Worker) error {
 	var errs []error
 	checkWorkers(ws, nil, func(i int, _, msg string) {
@@ -102,6 +105,9 @@ func checkWorkers(ws []Worker, where func(j int) string, bad func(i int, key, ms
 		if slices.Contains(w.Taints, "") {
 			bad(i, "taints", "taints contain an empty value")
 		}
+		if _, err := ParseRole(w.Role); err != nil {
+			bad(i, "role", err.Error())
+		}
 		if w.MetricsURL != "" {
 			if _, err := enginemetrics.ResolveURL(w.Address, w.MetricsURL); err != nil {
 				bad(i, "metrics_url", err.Error())
@@ -111,6 +117,22 @@ func checkWorkers(ws []Worker, where func(j int) string, bad func(i int, key, ms
 			bad(i, key, err.Error())
 		}
 	}
+}
+
+// ParseRole returns the role a worker's role value names, in sched.Role's
+// spellings: "both" (also ""), "prefill" or "decode".
+func ParseRole(s string) (sched.Role, error) {
+	if s == "" {
+		return sched.RoleBoth, nil
+	}
+	names := make([]string, 0, sched.NumRoles)
+	for r := range sched.NumRoles {
+		if r.String() == s {
+			return r, nil
+		}
+		names = append(names, r.String())
+	}
+	return 0, fmt.Errorf("role %q is not one of %s", s, strings.Join(names, ", "))
 }
 
 // checkKVEndpoints validates a worker's KV-event endpoints; key is the

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/tollgate/tollgate/extproc/engine/enginemetrics"
+	"github.com/tollgate/tollgate/sched"
 )
 
 func TestParseWorkers(t *testing.T) {
@@ -109,6 +111,67 @@ func TestValidateWorkers_ReportsEveryProblem(t *testing.T) {
 	err := ValidateWorkers([]Worker{{ID: "a", Address: "host:1"}, {ID: "b", Address: "10.0.0.1:2", Taints: []string{""}}})
 	if err == nil || !strings.Contains(err.Error(), `worker "a"`) || !strings.Contains(err.Error(), `worker "b": taints`) {
 		t.Fatalf("%v", err)
+	}
+}
+
+// TestParseWorkers_Roles: role is both, prefill or decode, both when
+// omitted, and reaches the core's workers.
+func TestParseWorkers_Roles(t *testing.T) {
+	ws, err := ParseWorkers([]byte(`workers:
+- {id: d, address: 10.0.0.1:80, role: decode}
+- {id: p, address: 10.0.0.2:80, role: prefill}
+- {id: b, address: 10.0.0.3:80, role: both}
+- {id: o, address: 10.0.0.4:80}
+- {id: n, address: 10.0.0.5:80, role: ~}
+`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rolesOf(ws), []string{"decode", "prefill", "both", "", ""}; !slices.Equal(got, want) {
+		t.Errorf("roles %q, want %q", got, want)
+	}
+	set, err := NewSet(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sched.Role{sched.RoleDecode, sched.RolePrefill, sched.RoleBoth, sched.RoleBoth, sched.RoleBoth}
+	for i, w := range set.Sched {
+		if w.Role != want[i] {
+			t.Errorf("worker %s: sched role %v, want %v", w.ID, w.Role, want[i])
+		}
+	}
+}
+
+func rolesOf(ws []Worker) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = w.Role
+	}
+	return out
+}
+
+func TestParseRole(t *testing.T) {
+	for _, tt := range []struct {
+		give string
+		want sched.Role
+	}{{"", sched.RoleBoth}, {"both", sched.RoleBoth}, {"prefill", sched.RolePrefill}, {"decode", sched.RoleDecode}} {
+		if got, err := ParseRole(tt.give); err != nil || got != tt.want {
+			t.Errorf("ParseRole(%q) = %v, %v; want %v", tt.give, got, err, tt.want)
+		}
+	}
+	for _, give := range []string{"prefill-decode", "Prefill", " decode", "role(3)"} {
+		if _, err := ParseRole(give); err == nil || !strings.Contains(err.Error(), "not one of both, prefill, decode") {
+			t.Errorf("ParseRole(%q): %v", give, err)
+		}
+	}
+}
+
+// TestNewSet_RejectsAnUnknownRole: a set from no file (discovery) is
+// checked the same way.
+func TestNewSet_RejectsAnUnknownRole(t *testing.T) {
+	_, err := NewSet([]Worker{{ID: "w0", Address: "10.0.0.1:80", Role: "encode"}})
+	if err == nil || err.Error() != `worker "w0": role "encode" is not one of both, prefill, decode` {
+		t.Fatalf("error %v", err)
 	}
 }
 

@@ -299,17 +299,28 @@ func duplicateClass(loc, name string) string {
 	return fmt.Sprintf("%s contains duplicate policy class %s", loc, debugQuote(name))
 }
 
+// isIdentifier reports whether s matches [A-Za-z0-9_.-]+, the rule of
+// Dynamo's names and SMG's rule ids.
+func isIdentifier(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !isIdentByte(c) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func isIdentByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-'
+}
+
 func isFinite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // checkIdentifier enforces the upstream identifier rule: non-empty ASCII
 // [A-Za-z0-9_.-]+. kind is "policy class", "policy family" or "cache bucket".
 func checkIdentifier(name, kind, loc string) string {
-	ok := name != ""
-	for i := 0; ok && i < len(name); i++ {
-		c := name[i]
-		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-'
-	}
-	if ok {
+	if isIdentifier(name) {
 		return ""
 	}
 	return fmt.Sprintf("%s %s name %s must match [A-Za-z0-9_.-]+", loc, kind, debugQuote(name))

@@ -449,7 +449,7 @@ func (x *rateLimitReader) ruleID(n *yaml.Node, place, prefix string, seen *ruleS
 		x.fail(join(place, "rule_id"), err)
 		return "", false
 	}
-	if !isRuleID(id) {
+	if !isIdentifier(id) {
 		x.failAt(n, "%srule_id %s must match [A-Za-z0-9._-]+", prefix, quoteSMG(id))
 	} else if line, dup := seen.idLine[id]; dup {
 		x.failAt(n, "%sduplicate rule_id %s (first at line %d)", prefix, quoteSMG(id), line)
@@ -457,20 +457,6 @@ func (x *rateLimitReader) ruleID(n *yaml.Node, place, prefix string, seen *ruleS
 		seen.idLine[id] = n.Line
 	}
 	return id, true
-}
-
-// isRuleID reports whether s matches [A-Za-z0-9._-]+.
-func isRuleID(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // matcher reads a rule's matcher into r: its type (exact or prefix) and

@@ -490,7 +490,7 @@ func checkBudgetPolicy(t *testing.T, label string, p sched.BudgetPolicy) {
 	matchers := map[sched.ModelRule]bool{}
 	for _, r := range p.Rules {
 		m := sched.ModelRule{Prefix: r.Prefix, Value: r.Value}
-		if r.TokensPerMinute == 0 || r.RequestsPerMinute == 0 || !isRuleID(r.ID) || ids[r.ID] ||
+		if r.TokensPerMinute == 0 || r.RequestsPerMinute == 0 || !isIdentifier(r.ID) || ids[r.ID] ||
 			r.Value == "" || strings.TrimSpace(r.Value) != r.Value || matchers[m] {
 			t.Fatalf("%s: accepted rule %+v", label, r)
 		}

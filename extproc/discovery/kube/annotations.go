@@ -49,6 +49,10 @@ const (
 	// AnnotationKVEventsReplayEndpoint is the engine's replay endpoint,
 	// written the same way.
 	AnnotationKVEventsReplayEndpoint = "tollgate.io/kv-events-replay-endpoint"
+	// AnnotationRole is the worker's part in prefill/decode
+	// disaggregation, as the workers file writes it: both (also empty),
+	// prefill or decode. It overrides LabelRole.
+	AnnotationRole = "tollgate.io/role"
 
 	// annotationPrefix is the prefix every annotation above shares.
 	annotationPrefix = "tollgate.io/"
@@ -69,7 +73,7 @@ const maxWorkerIDLen = 253
 var knownAnnotations = []string{
 	AnnotationWorkerID, AnnotationMaxRunningRequests, AnnotationMaxNumBatchedTokens,
 	AnnotationDPSize, AnnotationDPStartRank, AnnotationTaints, AnnotationModel, AnnotationMetricsURL,
-	AnnotationKVEventsEndpoint, AnnotationKVEventsReplayEndpoint,
+	AnnotationKVEventsEndpoint, AnnotationKVEventsReplayEndpoint, AnnotationRole,
 }
 
 // Defaults is what a worker gets for each annotation its pod lacks. Zero
@@ -98,11 +102,12 @@ func (d Defaults) Validate() error {
 	return errors.Join(errs...)
 }
 
-// podWorker describes the worker behind pod from its annotations and d;
-// the caller fills in the address. A pod with any bad annotation is
-// reported with every problem joined and gets no worker: guessing its
-// capacity could overbook it, and a fallback id would silently break pins
-// (see the package documentation).
+// podWorker describes the worker behind pod from its annotations, its
+// role label and d; the caller fills in the address. A pod with any bad
+// annotation is reported with every problem joined and gets no worker:
+// guessing its capacity could overbook it, and a fallback id would
+// silently break pins (see the package documentation). So does an
+// encode-only pod, which is no worker.
 func podWorker(pod *corev1.Pod, d Defaults) (fleet.Worker, error) {
 	w := fleet.Worker{
 		ID:                  pod.Namespace + "/" + pod.Name,
@@ -165,6 +170,17 @@ func podWorker(pod *corev1.Pod, d Defaults) (fleet.Worker, error) {
 			bad(AnnotationModel, "surrounding whitespace")
 		}
 		w.Model = v
+	}
+	if v, ok := ann[AnnotationRole]; ok {
+		if _, err := fleet.ParseRole(v); err != nil {
+			bad(AnnotationRole, "%v", err)
+		}
+		w.Role = v
+	}
+	if role, err := labelRole(pod); err != nil {
+		errs = append(errs, err)
+	} else if role != "" {
+		w.Role = role
 	}
 	if v, ok := ann[AnnotationMetricsURL]; ok {
 		// Checked against a placeholder address: the pod IP comes later.

@@ -53,11 +53,13 @@
 // AnnotationMaxRunningRequests, AnnotationMaxNumBatchedTokens,
 // AnnotationDPSize, AnnotationDPStartRank, AnnotationTaints,
 // AnnotationModel) through a Pod informer whose cache keeps only those
-// annotations and the status fields read here; what a pod does not
-// annotate comes from Defaults. A worker's id is its worker-id annotation,
-// else "NAMESPACE/POD-NAME" (with ":PORT" appended per target port when an
-// InferencePool has several), so it stays the same across tollgate
-// restarts and never depends on the pod IP.
+// annotations, the labels and the status fields read here; what a pod does
+// not annotate comes from Defaults. A worker's prefill/decode role comes
+// from llm-d's LabelRole (prefill, decode, prefill-decode), which
+// AnnotationRole overrides; a pod with neither is both. A worker's id is
+// its worker-id annotation, else "NAMESPACE/POD-NAME" (with ":PORT"
+// appended per target port when an InferencePool has several), so it
+// stays the same across tollgate restarts and never depends on the pod IP.
 //
 // # Invariants
 //
@@ -76,6 +78,9 @@
 //     the SMG reservations computed from total capacity), and a fallback id
 //     would silently break pins. The problem is logged once per pod until it
 //     changes or is fixed. Unknown tollgate.io/ keys are logged and ignored.
+//     So is a LabelRole value tollgate does not know: the label is llm-d's,
+//     so the worker stays, as both. An encode-only pod (LabelRole encode)
+//     serves neither prefill nor decode and is left out, logged the same way.
 //   - A worker that leaves the set (terminating, not ready, deleted) takes
 //     no new requests; requests already admitted to it run to their end and
 //     keep their booking until then, because the scheduler keeps removed

@@ -230,7 +230,7 @@ func (b *sliceBuilder) build() snapshot {
 		if pod == nil || (e.uid != "" && pod.UID != e.uid) || !podServing(pod) {
 			continue // not cached yet, replaced, going away or not ready; a later event settles it
 		}
-		noteUnknown(pod, notes)
+		noteIgnored(pod, notes)
 		w, err := podWorker(pod, b.defaults)
 		if err != nil {
 			notes["pod "+b.ns+"/"+name] = err.Error()
@@ -265,10 +265,17 @@ func (b *sliceBuilder) collect(es *discoveryv1.EndpointSlice, ep discoveryv1.End
 	}
 }
 
-// noteUnknown notes the tollgate.io/ annotations of pod that nothing reads.
-func noteUnknown(pod *corev1.Pod, notes map[string]string) {
+// noteIgnored notes what of pod nothing reads: unknown tollgate.io/
+// annotations, and a role label value tollgate does not know (the worker
+// is then both).
+func noteIgnored(pod *corev1.Pod, notes map[string]string) {
+	subject := "pod " + pod.Namespace + "/" + pod.Name
 	if unknown := unknownAnnotations(pod); len(unknown) > 0 {
-		notes["pod "+pod.Namespace+"/"+pod.Name+" annotations"] =
+		notes[subject+" annotations"] =
 			fmt.Sprintf("unknown annotations %s are ignored (known: %s)", strings.Join(unknown, ", "), strings.Join(knownAnnotations, ", "))
+	}
+	if v, ok := unknownRoleLabel(pod); ok {
+		notes[subject+" labels"] = fmt.Sprintf("label %s=%q is not a role tollgate knows (known: %s): the worker is both; annotate %s to set its role",
+			LabelRole, v, knownLabelRoles(), AnnotationRole)
 	}
 }

@@ -206,7 +206,7 @@ func (b *poolBuilder) build() snapshot {
 			notes["pod "+pod.Namespace+"/"+pod.Name] = fmt.Sprintf("pod IP %q is not a literal IP address", pod.Status.PodIP)
 			continue
 		}
-		noteUnknown(pod, notes)
+		noteIgnored(pod, notes)
 		w, err := podWorker(pod, b.defaults)
 		if err != nil {
 			notes["pod "+pod.Namespace+"/"+pod.Name] = err.Error()
