@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/sched"
+	"github.com/tollgate/tollgate/sched/policy"
 )
 
 // SMG's request-rate check with priority admission: burst 2, one token a
@@ -89,27 +90,30 @@ func TestTenantBudgetSettlesUsage(t *testing.T) {
 	})
 }
 
-// Dynamo's flat classes: a request queued past its class's slo_ms is shed
-// at its deadline with 529 and the details; an unknown class name is 400.
+// Dynamo's flat classes, read from examples/slo_rejection.yaml (Dynamo's
+// own test config: latency has slo_ms 3000 and prefill_busy_threshold 0):
+// a request queued past its deadline is shed at the deadline with 529 and
+// the details; an unknown class name is 400.
 func TestDeadlineShed(t *testing.T) {
+	pc, err := policy.LoadRouterPolicy("../../examples/slo_rejection.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	synctest.Test(t, func(t *testing.T) {
-		latency := sched.ClassSpec{Name: "latency", QueuePolicy: sched.EDF, Quantum: 512, SLO: time.Second, BusyThreshold: new(uint64)}
-		s := newStack(t, options{hold: always, config: func(c *extproc.Config) {
-			c.Sched.Policy.Root = &sched.Profile{Flat: true, Classes: []sched.ClassSpec{latency}, Explicit: map[string]int{"latency": 0}}
-		}})
-		first := s.async(context.Background(), chat("first"))
+		s := newStack(t, options{hold: always, config: func(c *extproc.Config) { c.Sched.Policy = *pc }})
+		first := s.async(context.Background(), chat("first", "X-Dynamo-Meta-Policy-Class", "latency"))
 		s.parked(1)
 		start := time.Now()
 		r := s.do(chat("second", "X-Dynamo-Meta-Policy-Class", "latency"))
-		if r.Status != 529 || time.Since(start) != time.Second+time.Nanosecond {
-			t.Fatalf("status %d after %v, want 529 just past 1s: %s", r.Status, time.Since(start), r.Body)
+		if r.Status != 529 || time.Since(start) != 3*time.Second+time.Nanosecond {
+			t.Fatalf("status %d after %v, want 529 just past 3s: %s", r.Status, time.Since(start), r.Body)
 		}
 		var body struct {
 			Type    string
 			Details map[string]any
 		}
 		if err := json.Unmarshal(r.Body, &body); err != nil || body.Type != "Overloaded" ||
-			body.Details["policy_class"] != "latency" || body.Details["stage"] != "dispatch" || body.Details["slo_ms"] != 1000.0 {
+			body.Details["policy_class"] != "latency" || body.Details["stage"] != "dispatch" || body.Details["slo_ms"] != 3000.0 {
 			t.Errorf("body %s (%v)", r.Body, err)
 		}
 		expectStatus(t, s.do(chat("third", "X-Dynamo-Meta-Policy-Class", "batch")), http.StatusBadRequest, "")
