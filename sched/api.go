@@ -55,9 +55,8 @@ type QueueStats struct {
 	CachedTokens uint64
 	// Backpressure counts rejections by LimitKind (LimitNone stays 0).
 	Backpressure [NumLimitKinds]uint64
-	// SLO is the class's deadline (0: none); Expired counts its deadline
-	// sheds by DeadlineStage (StageNone stays 0).
-	SLO     time.Duration
+	// Expired counts deadline sheds by DeadlineStage (StageNone stays 0;
+	// always 0 for a class without slo_ms).
 	Expired [NumDeadlineStages]uint64
 	// Deficit is the class's DRR deficit.
 	Deficit uint64

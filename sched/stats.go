@@ -49,7 +49,6 @@ func (s *Scheduler) Stats() Stats {
 				ISLTokens:    isl,
 				CachedTokens: cached,
 				Backpressure: mq.backpressure[i],
-				SLO:          mq.profile.Classes[i].SLO,
 				Expired:      mq.expired[i],
 				Deficit:      mq.ring.deficit(i),
 			})

@@ -48,10 +48,17 @@ func TestRenderedConfigPassesCheckConfig(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return fmt.Sprintf("tollgate %s\n%s", strings.Join(args, " "), out), err
 	}
-	for _, name := range []string{"static", "kubernetesService", "kubernetesSelector", "inferencePool", "leaderElection"} {
+	// The rate-limit example: SMG's legacy admission, tenant budgets and
+	// Dynamo's flat SLO classes.
+	rateLimits := readFile(t, rateLimitValues) + checkConfigTenants
+	for _, name := range []string{"static", "kubernetesService", "kubernetesSelector", "inferencePool", "leaderElection", "rateLimits"} {
 		t.Run(name+" passes", func(t *testing.T) {
 			doc := checkConfigScenario
-			if name != "static" {
+			switch name {
+			case "static":
+			case "rateLimits":
+				doc = rateLimits
+			default:
 				doc = scenarios[name] + checkConfigTenants
 			}
 			out, err := checkConfig(t, doc)
@@ -63,10 +70,13 @@ func TestRenderedConfigPassesCheckConfig(t *testing.T) {
 	// Each broken value passes the chart's schema; only tollgate's own
 	// checks catch it.
 	for name, tc := range map[string]struct{ doc, old, new, want string }{
-		"zero quantum":          {checkConfigScenario, "quantum: 512", "quantum: 0", `policy class "premium" quantum must be greater than zero`},
-		"too little capacity":   {checkConfigScenario, "max_running_requests: 128", "max_running_requests: 50", "sum of class reservations (142) exceeds capacity (100)"},
-		"bad selector":          {scenarios["kubernetesSelector"], "app=vllm,tier in (gpu)", "app in ((", `--k8s-selector: kube: label selector "app in ((": unable to parse requirement`},
-		"lease not above renew": {scenarios["leaderElection"], "leaseDuration: 20s", "leaseDuration: 15s", "lease duration 15s must exceed the renew deadline 15s"},
+		"zero quantum":               {checkConfigScenario, "quantum: 512", "quantum: 0", `policy class "premium" quantum must be greater than zero`},
+		"too little capacity":        {checkConfigScenario, "max_running_requests: 128", "max_running_requests: 50", "sum of class reservations (142) exceeds capacity (100)"},
+		"bad selector":               {scenarios["kubernetesSelector"], "app=vllm,tier in (gpu)", "app in ((", `--k8s-selector: kube: label selector "app in ((": unable to parse requirement`},
+		"lease not above renew":      {scenarios["leaderElection"], "leaseDuration: 20s", "leaseDuration: 15s", "lease duration 15s must exceed the renew deadline 15s"},
+		"untrusted header tenant":    {rateLimits, `tenant_key: "auth:team-a"`, `tenant_key: "header:team-a"`, "tenant_key 'header:team-a' needs --trust-tenant-header"},
+		"tenant key not canonical":   {rateLimits, `tenant_key: "auth:team-a"`, `tenant_key: "team-a"`, "is not a canonical serving-path tenant key"},
+		"flat and family keys mixed": {rateLimits, "default_policy_class: standard", "default_policy_class: standard\n    default_policy_family: regular", "mixes two policy file generations"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			broken := strings.ReplaceAll(tc.doc, tc.old, tc.new)

@@ -18,7 +18,12 @@ import (
 // once that exists.
 var exportedMetrics = []string{
 	"dynamo_frontend_router_queue_backpressure_total",
+	"dynamo_frontend_router_queue_deadline_expired_total",
 	"dynamo_frontend_router_queue_pending_requests",
+	"smg_admission_inflight",
+	"smg_admission_queue_depth",
+	"smg_admission_queue_rejected_total",
+	"smg_http_rate_limit_total",
 	"smg_scheduler_admit_total",
 	"smg_scheduler_class_capacity_pressure",
 	"smg_scheduler_inflight",
@@ -29,6 +34,10 @@ var exportedMetrics = []string{
 	"tollgate_cost_estimate_error_ratio",
 	"tollgate_decision_latency_seconds",
 	"tollgate_queue_wait_seconds",
+	"tollgate_tenant_rate_limit_decisions_total",
+	"tollgate_tenant_rate_limit_scope_evictions_total",
+	"tollgate_tenant_rate_limit_scopes",
+	"tollgate_tenant_rate_limited_total",
 	"tollgate_worker_active_prefill_tokens",
 	"tollgate_worker_active_requests",
 }

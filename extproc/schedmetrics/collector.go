@@ -195,10 +195,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for k := sched.LimitRequests; k < sched.NumLimitKinds; k++ {
 			counter(c.backpressure, float64(q.Backpressure[k]), append(l, k.Reason())...)
 		}
-		if q.SLO > 0 {
-			for g := sched.StageAdmission; g < sched.NumDeadlineStages; g++ {
-				counter(c.expired, float64(q.Expired[g]), append(l, g.String())...)
-			}
+		for g := sched.StageAdmission; g < sched.NumDeadlineStages; g++ {
+			counter(c.expired, float64(q.Expired[g]), append(l, g.String())...)
 		}
 		c.collectFlows(ch, &q)
 	}

@@ -28,7 +28,8 @@ func TestParseTenantRateLimits_Example(t *testing.T) {
 				{ID: "acme-large", Value: "llama-3-70b", TokensPerMinute: 200000, RequestsPerMinute: 600},
 				{ID: "acme-llama", Prefix: true, Value: "llama-", TokensPerMinute: 400000, RequestsPerMinute: 2000},
 			}},
-			"anonymous": {TokensPerMinute: 10000, RequestsPerMinute: 60},
+			"auth:trial": {TokensPerMinute: 20000, RequestsPerMinute: 2},
+			"anonymous":  {TokensPerMinute: 10000, RequestsPerMinute: 60},
 		},
 	}
 	if diff := cmp.Diff(want, tb); diff != "" {
@@ -368,7 +369,7 @@ func TestParseTenantRateLimits_AliasBound(t *testing.T) {
 
 func TestLoadTenantRateLimits(t *testing.T) {
 	tb, err := LoadTenantRateLimits(filepath.Join("..", "..", "examples", "tenant-rate-limits.yaml"))
-	if err != nil || len(tb.Tenants) != 2 {
+	if err != nil || len(tb.Tenants) != 3 {
 		t.Fatalf("example: %v, %+v", err, tb)
 	}
 	missing := filepath.Join(t.TempDir(), "none.yaml")

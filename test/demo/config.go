@@ -32,6 +32,9 @@ type serverSpec struct {
 	queueThreshold *float64
 	// fairness is --fairness.
 	fairness policy.FairnessMode
+	// tenantRateLimits is --tenant-rate-limit-config (with
+	// --tenant-rate-limit-enabled); empty means none.
+	tenantRateLimits string
 }
 
 // build loads every file the spec names and returns the server
@@ -61,6 +64,10 @@ func (s serverSpec) build(log *slog.Logger) (extproc.Config, error) {
 	}
 	tenants, err := policy.NewTenants(policy.TenantOptions{TenantAPIKeys: s.tenantKeys})
 	add(err)
+	if s.tenantRateLimits != "" {
+		sc.TenantBudgets, err = policy.LoadTenantRateLimits(s.tenantRateLimits)
+		add(err)
+	}
 
 	cfg := extproc.Config{
 		Logger:              log,

@@ -37,10 +37,11 @@ const (
 	fileEqualShare = "equal_share.yaml"
 	filePremium4x  = "premium_4x.yaml"
 	filePriority   = "priority.yaml"
+	fileTenantRate = "tenant-rate-limits.yaml"
 )
 
 // exampleFiles are the example files the scenarios load.
-var exampleFiles = []string{fileEqualShare, filePremium4x, filePriority}
+var exampleFiles = []string{fileEqualShare, filePremium4x, filePriority, fileTenantRate}
 
 // Options configures Run and Serve. The zero value of every field except
 // Stdout selects its default.

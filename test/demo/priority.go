@@ -37,6 +37,10 @@ const (
 // (default) caps it.
 var demoTenantKeys = []string{"acme:demo-acme-key", "internal-cron:demo-cron-key", "free:demo-free-key"}
 
+// demoTrialKey is the serve demo's fourth tenant, whose budget in
+// examples/tenant-rate-limits.yaml is two requests a minute.
+const demoTrialKey = "trial:demo-trial-key"
+
 // headerHold marks a request the workers park before its prefill until
 // the scenario releases it.
 const headerHold = "X-Demo-Hold"

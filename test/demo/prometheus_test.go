@@ -186,6 +186,14 @@ func TestPrometheus_Dashboard(t *testing.T) {
 		}
 	}
 
+	// auth:trial's budget is two requests a minute: the third is denied,
+	// which the tenant budget panels show.
+	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
+		if err := post("demo-trial-key", "default", "regular", 4); (err == nil) != (want == http.StatusOK) {
+			t.Fatalf("trial request %d: %v, want status %d", i, err, want)
+		}
+	}
+
 	// Wait until Prometheus has scraped the end of the load, then one more.
 	want := float64(2 * bulkPerWave)
 	waitFor(t, 30*time.Second, fmt.Sprintf("Prometheus to see %v admitted bulk requests", want), func() bool {

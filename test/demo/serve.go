@@ -14,7 +14,8 @@ import (
 
 // Serve keeps a demo deployment up until ctx ends: two mock workers, the
 // tollgate server configured with examples/premium_4x.yaml,
-// examples/priority.yaml and three tenant keys, and the simulated Envoy
+// examples/priority.yaml, examples/tenant-rate-limits.yaml and four tenant
+// keys (trial's budget is two requests a minute), and the simulated Envoy
 // serving HTTP on o.Serve. It prints the addresses and ready-to-paste curl
 // and OpenAI SDK examples. Each worker echoes the routing header that
 // reached it in X-Tollgate-Endpoint.
@@ -32,11 +33,12 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	defer cleanup()
 	st, err := startStack(ctx, serverSpec{
-		routerPolicy:   filepath.Join(o.Examples, filePremium4x),
-		priority:       true,
-		priorityConfig: filepath.Join(o.Examples, filePriority),
-		tenantKeys:     demoTenantKeys,
-		seed:           o.Seed,
+		routerPolicy:     filepath.Join(o.Examples, filePremium4x),
+		priority:         true,
+		priorityConfig:   filepath.Join(o.Examples, filePriority),
+		tenantKeys:       append(demoTenantKeys, demoTrialKey),
+		tenantRateLimits: filepath.Join(o.Examples, fileTenantRate),
+		seed:             o.Seed,
 	}, workerSpec{
 		count:            priorityWorkers,
 		maxNumSeqs:       prioritySeqs,
@@ -59,7 +61,7 @@ func Serve(ctx context.Context, o Options) error {
 	go func() { served <- front.Serve(l) }()
 
 	addr := dialable(l.Addr())
-	printServe(o.Stdout, addr, st, filepath.Join(shown, filePremium4x), filepath.Join(shown, filePriority))
+	printServe(o.Stdout, addr, st, filepath.Join(shown, filePremium4x), filepath.Join(shown, filePriority), filepath.Join(shown, fileTenantRate))
 	if o.serveReady != nil {
 		o.serveReady(addr, st.metricsAddr)
 	}
@@ -98,13 +100,13 @@ func dialable(a net.Addr) string {
 }
 
 // printServe prints the addresses and the examples.
-func printServe(w io.Writer, addr string, st *stack, policyFile, priorityFile string) {
+func printServe(w io.Writer, addr string, st *stack, policyFile, priorityFile, rateFile string) {
 	var workers []string
 	for _, sw := range st.workers {
 		workers = append(workers, fmt.Sprintf("%s %s", sw.id, sw.addr))
 	}
 	var keys []string
-	for _, k := range demoTenantKeys {
+	for _, k := range append(demoTenantKeys, demoTrialKey) {
 		keys = append(keys, "--tenant-api-key "+k)
 	}
 	fmt.Fprintf(w, `tollgate demo stack is up; press Ctrl-C to stop it.
@@ -115,11 +117,14 @@ func printServe(w io.Writer, addr string, st *stack, policyFile, priorityFile st
   workers                    %[4]s (model %[5]s, %[6]d sequences each)
   tollgate flags             --router-policy-config %[7]s
                              --priority-scheduler-enabled --priority-scheduler-config %[8]s
+                             --tenant-rate-limit-enabled --tenant-rate-limit-config %[11]s
                              %[9]s
 
 Tenants: demo-acme-key is auth:acme (max class interactive), demo-cron-key is
 auth:internal-cron (system), demo-free-key is auth:free (no tenant policy:
-capped at default). A request without one of these keys gets 401.
+capped at default), demo-trial-key is auth:trial (two requests a minute: the
+third gets 429 tenant_rate_limit_exceeded). A request without one of these
+keys gets 401.
 Each worker echoes the x-gateway-destination-endpoint it received as %[10]s.
 
   # a premium, interactive request, streamed
@@ -151,5 +156,5 @@ Each worker echoes the x-gateway-destination-endpoint it received as %[10]s.
                   default_headers={"x-smg-priority": "interactive", "x-dynamo-meta-policy-class": "premium"})
   print(client.completions.create(model="%[5]s", prompt="Say hello", max_tokens=8).choices[0].text)
 `, addr, st.grpcAddr, st.metricsAddr, strings.Join(workers, ", "), demoModel, prioritySeqs,
-		policyFile, priorityFile, strings.Join(keys, " "), HeaderEndpoint)
+		policyFile, priorityFile, strings.Join(keys, " "), HeaderEndpoint, rateFile)
 }

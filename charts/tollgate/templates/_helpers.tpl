@@ -116,6 +116,39 @@ runs active-passive only.
 {{- end }}
 
 {{/*
+The SMG rate-limit flags config.rateLimits sets, as a JSON list; a value
+left at its default sets none (tollgate's default applies).
+*/}}
+{{- define "tollgate.rateLimitArgs" -}}
+{{- $rl := .Values.config.rateLimits }}
+{{- $args := list }}
+{{- if ge (int $rl.maxConcurrentRequests) 0 }}
+{{- $args = append $args (printf "--max-concurrent-requests=%d" (int $rl.maxConcurrentRequests)) }}
+{{- end }}
+{{- if gt (int64 $rl.tokensPerSecond) 0 }}
+{{- $args = append $args (printf "--rate-limit-tokens-per-second=%d" (int64 $rl.tokensPerSecond)) }}
+{{- end }}
+{{- if include "tollgate.isSet" (list $rl "queueSize") }}
+{{- $args = append $args (printf "--queue-size=%d" (int $rl.queueSize)) }}
+{{- end }}
+{{- if include "tollgate.isSet" (list $rl "queueTimeoutSecs") }}
+{{- $args = append $args (printf "--queue-timeout-secs=%d" (int $rl.queueTimeoutSecs)) }}
+{{- end }}
+{{- if $rl.tenantRateLimits.enabled }}
+{{- $args = append $args "--tenant-rate-limit-enabled" }}
+{{- $args = append $args "--tenant-rate-limit-config=/etc/tollgate/config/tenant-rate-limits.yaml" }}
+{{- end }}
+{{- toJson $args }}
+{{- end }}
+
+{{/* "true" when the map (first) has the key (second) set to something other than null. */}}
+{{- define "tollgate.isSet" -}}
+{{- $m := index . 0 }}
+{{- $k := index . 1 }}
+{{- if and (hasKey $m $k) (not (kindIs "invalid" (index $m $k))) }}true{{ end }}
+{{- end }}
+
+{{/*
 Checks the combinations of values the schema cannot express; renders
 nothing.
 */}}
@@ -139,6 +172,18 @@ nothing.
 {{- end }}
 {{- if ne .Values.integration "none" }}
 {{- fail (printf "discovery.mode inferencepool needs integration: none, not %s: the gateway calls tollgate as the pool's endpoint picker, so a second ext_proc filter would admit every request twice" .Values.integration) }}
+{{- end }}
+{{- end }}
+{{- $tenantLimits := .Values.config.rateLimits.tenantRateLimits }}
+{{- if and $tenantLimits.enabled (not (get $tenantLimits "config")) }}
+{{- fail "config.rateLimits.tenantRateLimits.enabled needs config.rateLimits.tenantRateLimits.config, the SMG tenant rate-limit file (default_policy and tenants): tollgate does not start with --tenant-rate-limit-enabled and no --tenant-rate-limit-config" }}
+{{- end }}
+{{- range include "tollgate.rateLimitArgs" . | fromJsonArray }}
+{{- $flag := regexReplaceAll "=.*$" (trimPrefix "--" .) "" }}
+{{- range $.Values.extraArgs }}
+{{- if regexMatch (printf "^--?%s(=|$)" $flag) (toString .) }}
+{{- fail (printf "extraArgs has %q but config.rateLimits already sets --%s; set it in one place (config.rateLimits)" . $flag) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- if and (include "tollgate.leaderElect" .) .Values.podDisruptionBudget.enabled }}
