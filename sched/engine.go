@@ -226,7 +226,9 @@ func seedCharge(w *workerState) uint64 {
 func (s *Scheduler) recountSeeds() {
 	var total uint64
 	for _, w := range s.workers {
-		total += seedCharge(w)
+		if w.role != RolePrefill { // a prefill worker holds no request slots
+			total += seedCharge(w)
+		}
 	}
 	s.seeded = total
 }

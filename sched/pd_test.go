@@ -96,3 +96,21 @@ func rankOf(t *testing.T, st Stats, worker string) RankStats {
 	t.Fatalf("no rank of %s in %+v", worker, st.Ranks)
 	return RankStats{}
 }
+
+// A preempted split request releases both halves.
+func TestPD_PreemptedVictimReleasesBothHalves(t *testing.T) {
+	cfg := simSMG(simZeroFloors)
+	d := pdWorker("d1", RoleDecode)
+	d.MaxRunningRequests = 1
+	h := newSim(t, cfg, d, pdWorker("p1", RolePrefill))
+	h.want("bulk, split", h.submit(Request{ID: 1, Model: "m", Priority: PriorityBulk, ISL: 1000}), "dispatch 1 d1/0 prefill p1/0")
+	h.want("interactive preempts it", h.submit(Request{ID: 2, Model: "m", Priority: PriorityInteractive, ISL: 1000}),
+		"preempt 1 bulk by interactive", "queue 2")
+	h.want("the victim's end", h.release(1), "dispatch 2 d1/0 prefill p1/0 queued")
+	h.finish(2)
+	for _, r := range h.s.Stats().Ranks {
+		if r.ActivePrefillTokens != 0 || r.ActiveRequests != 0 || r.ActiveBlocks != 0 {
+			t.Fatalf("rank %s left booked: %+v", r.Worker, r)
+		}
+	}
+}

@@ -21,17 +21,23 @@ import "math"
 const maxCapacity = math.MaxUint16
 
 // workerCapacity returns the slot capacity of a worker set: the sum of the
-// workers' slot counts, or fallback with no worker, capped at 65535.
+// destination workers' slot counts (a prefill-role worker has none), or
+// fallback with no destination worker, capped at 65535.
 func workerCapacity(workers []*workerState, fallback uint32) uint32 {
-	if len(workers) == 0 {
-		return min(fallback, maxCapacity)
-	}
 	var sum uint32
+	destinations := false
 	for _, w := range workers {
+		if w.role == RolePrefill {
+			continue // its slots run prefill halves, not requests
+		}
+		destinations = true
 		sum += min(w.slots, maxCapacity)
 		if sum >= maxCapacity {
 			return maxCapacity
 		}
+	}
+	if !destinations {
+		return min(fallback, maxCapacity)
 	}
 	return sum
 }

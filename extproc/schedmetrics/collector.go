@@ -72,6 +72,7 @@ type Collector struct {
 	expired                                             *prometheus.Desc
 	rateLimit, admDepth, admRejected, admInflight       *prometheus.Desc
 	budgetDecisions, budgetScopes, budgetEvicted        *prometheus.Desc
+	splits                                              *prometheus.Desc
 	flows                                               *Labels
 }
 
@@ -119,6 +120,7 @@ func NewCollector(fetch func(context.Context) (sched.Stats, bool), flows *Labels
 			"Tenant budget decisions (--tenant-rate-limit-config): allowed or denied.", []string{"result"}, nil),
 		budgetScopes:  prometheus.NewDesc("tollgate_tenant_rate_limit_scopes", "Tenant budget scopes (a tenant, or a tenant's model rule) tracked.", nil, nil),
 		budgetEvicted: prometheus.NewDesc("tollgate_tenant_rate_limit_scope_evictions_total", "Least recently used tenant budget scopes forgotten to stay within the bound; each one's tenant starts over with a full budget.", nil, nil),
+		splits:        prometheus.NewDesc("tollgate_pd_split_requests_total", "Dispatches split into prefill and decode: the prefill worker named in x-prefiller-host-port, the decode worker the destination.", nil, nil),
 		flows:         flows,
 	}
 }
@@ -128,7 +130,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.admits, c.preemptions, c.promotions, c.inflight, c.depth, c.limit,
 		c.utilization, c.pressure, c.capy, c.pending, c.pendingISL, c.pendingCached, c.backpressure,
 		c.rankPrefill, c.rankRequests, c.rankBlocks, c.engRequests, c.engKV, c.engSaturated, c.engSeed, c.engSince, c.flowDepth, c.jain,
-		c.expired, c.rateLimit, c.admDepth, c.admRejected, c.admInflight, c.budgetDecisions, c.budgetScopes, c.budgetEvicted} {
+		c.expired, c.rateLimit, c.admDepth, c.admRejected, c.admInflight, c.budgetDecisions, c.budgetScopes, c.budgetEvicted, c.splits} {
 		ch <- d
 	}
 }
@@ -174,6 +176,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.utilization, s.Utilization)
 	gauge(c.capy, float64(s.Capacity))
+	counter(c.splits, float64(s.Splits))
 	a := &s.Admission
 	counter(c.rateLimit, float64(a.Allowed), "allowed")
 	counter(c.rateLimit, float64(a.Rejected), "rejected")

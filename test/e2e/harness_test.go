@@ -101,6 +101,9 @@ type options struct {
 	// kvEndpoints names, by worker index, KV-event endpoints published by
 	// something other than the worker (tollgate then subscribes to them).
 	kvEndpoints map[int][2]string
+	// roles gives the workers' prefill/decode roles by index (both when
+	// absent), in the workers list and to the mock workers.
+	roles map[int]mockworker.Role
 }
 
 // stack is tollgate between a simulated Envoy and mock workers. Without
@@ -140,7 +143,7 @@ func newStack(t *testing.T, o options) *stack {
 		st.net = &memnet.Network{}
 	}
 	for i := range o.workers {
-		wc := mockworker.Config{ID: fmt.Sprintf("w%d", i), Model: model, Speed: 1000, DefaultMaxTokens: 4}
+		wc := mockworker.Config{ID: fmt.Sprintf("w%d", i), Model: model, Speed: 1000, DefaultMaxTokens: 4, Role: o.roles[i]}
 		if o.hold != nil {
 			hold := o.hold
 			wc.Hold = func(ctx context.Context, r mockworker.RequestInfo) error {
@@ -160,7 +163,7 @@ func newStack(t *testing.T, o options) *stack {
 		if o.deadWorker || slices.Contains(o.deadWorkers, i) {
 			addr = st.deadAddress()
 		}
-		ew := fleet.Worker{ID: wc.ID, Address: addr, MaxRunningRequests: o.maxRunning, Model: model}
+		ew := fleet.Worker{ID: wc.ID, Address: addr, MaxRunningRequests: o.maxRunning, Model: model, Role: string(o.roles[i])}
 		if o.anyModel {
 			ew.Model = ""
 		}
@@ -317,6 +320,7 @@ func (s *stack) startWorker(wc mockworker.Config) *mockworker.Worker {
 	if s.net == nil {
 		return mockworker.Start(s.t, wc)
 	}
+	wc.Dial = s.net.Dial // a decode worker's sidecar calls its prefill worker
 	w, err := mockworker.New(wc)
 	if err != nil {
 		s.t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"time"
 )
 
@@ -23,7 +24,27 @@ const (
 	DefaultMaxModelLen         = 32768
 	DefaultMaxRecords          = 10000
 	DefaultMaxBodyBytes        = 32 << 20
+	DefaultPrefillTimeout      = 60 * time.Second
 )
+
+// Role is a worker's part in prefill/decode disaggregation, as llm-d's
+// llm-d.ai/role pod label names it.
+type Role string
+
+// The roles. Only the decode sidecar depends on the role: every role's
+// engine honours kv_transfer_params, as vLLM does with kv_role kv_both.
+const (
+	// RoleBoth serves whole requests and runs the decode sidecar.
+	RoleBoth Role = "both"
+	// RolePrefill runs no sidecar: x-prefiller-host-port is ignored, as on
+	// an llm-d prefill pod.
+	RolePrefill Role = "prefill"
+	// RoleDecode runs the decode sidecar.
+	RoleDecode Role = "decode"
+)
+
+// sidecar reports whether the role runs the decode sidecar.
+func (r Role) sidecar() bool { return r != RolePrefill }
 
 // Config describes one simulated engine. Every field is optional: the zero
 // value of a field selects its documented default, so Config{} is a valid
@@ -90,6 +111,17 @@ type Config struct {
 	// KVEvents, when set, publishes the prefix cache's changes as vLLM KV
 	// events. Optional.
 	KVEvents *KVEventsConfig
+	// Role is the worker's part in prefill/decode disaggregation: RoleBoth,
+	// RolePrefill or RoleDecode. Default RoleBoth.
+	Role Role
+	// PrefillTimeout bounds the decode sidecar's call to a prefill worker.
+	// It is wall-clock time: Speed does not shorten it.
+	// Default DefaultPrefillTimeout.
+	PrefillTimeout time.Duration
+	// Dial opens the decode sidecar's connections to prefill workers. A
+	// worker served on an in-memory network needs that network's Dial
+	// (memnet.Network.Dial). Default: a net.Dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Validate reports every invalid field, joined, or nil if cfg is usable.
@@ -119,6 +151,14 @@ func (c Config) Validate() error {
 	nonNegInt("dp rank", c.DPRank)
 	if c.MetricsNaming != "" && c.MetricsNaming != "vllm" && c.MetricsNaming != "sglang" {
 		errs = append(errs, fmt.Errorf("mockworker: metrics naming must be vllm or sglang, got %q", c.MetricsNaming))
+	}
+	switch c.Role {
+	case "", RoleBoth, RolePrefill, RoleDecode:
+	default:
+		errs = append(errs, fmt.Errorf("mockworker: role must be both, prefill or decode, got %q", c.Role))
+	}
+	if c.PrefillTimeout < 0 {
+		errs = append(errs, fmt.Errorf("mockworker: prefill timeout must not be negative, got %v", c.PrefillTimeout))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -150,6 +190,12 @@ func (c Config) withDefaults() Config {
 	setStr(&c.ID, DefaultID)
 	setStr(&c.Model, DefaultModel)
 	setStr(&c.MetricsNaming, "vllm")
+	if c.Role == "" {
+		c.Role = RoleBoth
+	}
+	if c.PrefillTimeout == 0 {
+		c.PrefillTimeout = DefaultPrefillTimeout
+	}
 	setInt(&c.MaxNumSeqs, DefaultMaxNumSeqs)
 	setFloat(&c.PrefillTokensPerSec, DefaultPrefillTokensPerSec)
 	setFloat(&c.DecodeTokensPerSec, DefaultDecodeTokensPerSec)

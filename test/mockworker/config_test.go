@@ -16,7 +16,8 @@ func TestConfig_ZeroValueTakesDefaults(t *testing.T) {
 		c.PrefillTokensPerSec != DefaultPrefillTokensPerSec || c.DecodeTokensPerSec != DefaultDecodeTokensPerSec ||
 		c.BlockSize != DefaultBlockSize || c.CacheBlocks != DefaultCacheBlocks || c.Speed != DefaultSpeed ||
 		c.DefaultMaxTokens != DefaultMaxTokens || c.MaxModelLen != DefaultMaxModelLen ||
-		c.MaxRecords != DefaultMaxRecords || c.MaxBodyBytes != DefaultMaxBodyBytes || c.Logger == nil {
+		c.MaxRecords != DefaultMaxRecords || c.MaxBodyBytes != DefaultMaxBodyBytes || c.Logger == nil ||
+		c.Role != RoleBoth || c.PrefillTimeout != DefaultPrefillTimeout {
 		t.Errorf("withDefaults() = %+v, want every default", c)
 	}
 }
@@ -25,6 +26,7 @@ func TestConfig_ValidateNamesEveryBadField(t *testing.T) {
 	err := Config{
 		MaxNumSeqs: -1, PrefillTokensPerSec: math.NaN(), DecodeTokensPerSec: math.Inf(1),
 		BlockSize: -2, CacheBlocks: -3, Speed: -1, DefaultMaxTokens: -4, MaxModelLen: -5, MaxRecords: -6, MaxBodyBytes: -7,
+		Role: "encode", PrefillTimeout: -time.Second,
 	}.Validate()
 	if err == nil {
 		t.Fatal("Validate() = nil, want errors")
@@ -40,6 +42,8 @@ func TestConfig_ValidateNamesEveryBadField(t *testing.T) {
 		"max model len must not be negative, got -5",
 		"max records must not be negative, got -6",
 		"max body bytes must not be negative, got -7",
+		`role must be both, prefill or decode, got "encode"`,
+		"prefill timeout must not be negative, got -1s",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %q, missing %q", err, want)

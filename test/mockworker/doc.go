@@ -30,6 +30,43 @@
 // hit length is reported as usage.prompt_tokens_details.cached_tokens and
 // removed from the prefill work.
 //
+// # Prefill/decode disaggregation
+//
+// The worker follows llm-d's contract with vLLM's NIXL connector. Its
+// engine honours kv_transfer_params in every Config.Role, as vLLM with
+// kv_role kv_both does. A request with do_remote_decode true is the
+// prefill half: it runs as any other (its prefill takes the usual time,
+// and its blocks enter the prefix cache and the KV events) and its
+// non-streamed answer carries kv_transfer_params naming this worker as the
+// KV's source: do_remote_prefill true, do_remote_decode false,
+// remote_engine_id (the worker's ID), remote_request_id, remote_block_ids
+// (the prompt's block indexes: the mock has no physical blocks),
+// remote_host and remote_port (the worker's address, or the request's Host
+// where the handler is mounted elsewhere) and tp_size 1. A request with
+// do_remote_prefill true is the decode half: the transfer brings every
+// prompt token that the prefix cache lacks but the last, which alone is
+// computed, and the prompt's blocks then enter this worker's cache (and KV
+// events) too. usage.cached_tokens counts the transferred tokens, as
+// vLLM's does.
+//
+// Workers of RoleDecode and RoleBoth run llm-d's decode sidecar in front of
+// the engine. A request with x-prefiller-host-port (HeaderPrefillerHostPort)
+// is first sent to that prefill worker, over Config.Dial and within
+// Config.PrefillTimeout, to the same path with the same headers (less
+// x-prefiller-host-port, plus the request's x-request-id) and the same body
+// with max_tokens 1 (and max_completion_tokens 1 if set), stream false, no
+// stream_options, and kv_transfer_params {"do_remote_decode": true,
+// "do_remote_prefill": false, "remote_engine_id": null, "remote_block_ids":
+// null, "remote_host": null, "remote_port": null}. The original request
+// then runs on the engine with the kv_transfer_params of the prefill answer
+// (an answer without them leaves the prompt to be computed here, as behind
+// llm-d's sidecar). A header value that is not one IP:port literal gets 502
+// with code CodeInvalidEPPMetadata, as Dynamo's sidecar answers; a prefill
+// call that cannot connect, times out or is answered with an error status
+// gets 502 with code CodePrefillFailed; both in the OpenAI error shape, and
+// neither reaches the engine. An absent or empty header leaves the request
+// to the engine alone. RolePrefill runs no sidecar and ignores the header.
+//
 // # KV events
 //
 // With Config.KVEvents the worker publishes its prefix cache's changes in
@@ -47,12 +84,19 @@
 // # Observability
 //
 // Stats counts requests received, started, finished and cancelled, the
-// current and peak running count, and token totals; Await waits for a
-// condition on them without polling. Records keeps, per request, its ID
-// (x-request-id, or a generated one), the headers it arrived with, its
-// arrival, admission, first-token and finish times, and its token counts.
-// /metrics exposes vllm:num_requests_running, vllm:num_requests_waiting,
-// vllm:prompt_tokens_total, vllm:generation_tokens_total,
+// current and peak running count, token totals (transferred ones apart),
+// the sidecar's prefill calls and their failures, and the prefill halves
+// served; Await waits for a condition on them without polling. Records
+// keeps, per request, its ID (x-request-id, or a generated one), the
+// headers it arrived with, its kv_transfer_params role, the prefill worker
+// the sidecar called and the engine its KV came from, its arrival,
+// admission, first-token and finish times, and its token counts. A prefill
+// call carries the decode request's ID, so both workers record it under
+// the same ID. /metrics exposes vllm:num_requests_running,
+// vllm:num_requests_waiting, vllm:prompt_tokens_total (every prompt token,
+// prefill halves and decode halves included),
+// vllm:prompt_tokens_by_source_total (source local_compute,
+// local_cache_hit or external_kv_transfer), vllm:generation_tokens_total,
 // vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (in
 // tokens), vllm:kv_cache_usage_perc, vllm:request_success_total and latency
 // histograms, from a registry of the worker's own.
@@ -60,15 +104,19 @@
 // # Concurrency and lifecycle
 //
 // Every request runs on its HTTP handler's goroutine; the worker starts no
-// other goroutine except the server goroutine of Listen. One mutex guards
-// the engine's slots, queue, cache, counters and records. A request ends
-// early, freeing its slot or leaving the queue at once, when its client
-// goes away (the request context ends) or when the worker closes. Close
-// cancels every request, stops the listener and waits for everything the
-// worker started. Hold runs on the request's goroutine while the request
-// occupies a slot, and Speed does not shorten it.
+// other goroutine except the server goroutine of Listen and those of the
+// sidecar's HTTP client connections, which Close closes. A worker served
+// on an in-memory network (Serve) in a testing/synctest bubble needs that
+// network's Dial as Config.Dial for its sidecar to reach prefill workers.
+// One mutex guards the engine's slots, queue, cache, counters and records.
+// A request ends early, freeing its slot or leaving the queue at once, when
+// its client goes away (the request context ends) or when the worker
+// closes. Close cancels every request, stops the listener and waits for
+// everything the worker started. Hold runs on the request's goroutine while
+// the request occupies a slot, and Speed does not shorten it.
 //
 // The command in cmd/mockworker runs one worker:
 //
 //	go run ./test/mockworker/cmd/mockworker --addr 127.0.0.1:8000 --speed 10
+//	go run ./test/mockworker/cmd/mockworker --addr 127.0.0.1:8001 --role decode
 package mockworker

@@ -76,12 +76,18 @@ func (e *engine) run(ctx context.Context, info RequestInfo, tokens []int, emit f
 	lookup := hashes[:(len(tokens)-1)/e.cfg.BlockSize]
 	e.mu.Lock()
 	cached := e.cache.lookup(lookup) * e.cfg.BlockSize
-	rec.CachedTokens = cached
+	transferred := 0
+	if info.RemotePrefill { // The remote KV covers the rest but the last token.
+		transferred = len(tokens) - 1 - cached
+	}
+	rec.CachedTokens, rec.TransferredTokens = cached, transferred
 	e.mu.Unlock()
 
-	if err := sleepUntil(ctx, time.Now().Add(e.cfg.prefillTime(len(tokens)-cached))); err != nil {
+	computed := len(tokens) - cached - transferred
+	if err := sleepUntil(ctx, time.Now().Add(e.cfg.prefillTime(computed))); err != nil {
 		return e.end(rec, err)
 	}
+	// The prompt's KV is now here, computed or transferred: cache it.
 	e.mu.Lock()
 	inserted, evicted := e.cache.insert(hashes)
 	if e.pub != nil {
@@ -89,9 +95,10 @@ func (e *engine) run(ctx context.Context, info RequestInfo, tokens []int, emit f
 	}
 	e.stats.PromptTokens += len(tokens)
 	e.stats.CachedTokens += cached
+	e.stats.TransferredTokens += transferred
 	e.stats.CachedBlocks = e.cache.len()
 	e.mu.Unlock()
-	e.metrics.prefilled(len(tokens), cached)
+	e.metrics.prefilled(computed, cached, transferred)
 
 	var first time.Time
 	for i := range info.MaxTokens {
@@ -223,9 +230,20 @@ func (e *engine) finishLocked(rec *Record, o Outcome) {
 	rec.Outcome = o
 	if o == OutcomeFinished {
 		e.stats.Finished++
+		if rec.RemoteDecode {
+			e.stats.PrefillServed++
+		}
 	} else {
 		e.stats.Cancelled++
 	}
+	e.notifyLocked()
+}
+
+// count applies f to the counters and wakes every Await.
+func (e *engine) count(f func(*Stats)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f(&e.stats)
 	e.notifyLocked()
 }
 

@@ -106,6 +106,34 @@ func TestEngine_TimingFollowsRatesAndSpeed(t *testing.T) {
 	}
 }
 
+func TestEngine_RemotePrefillComputesOnlyWhatNoCacheHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newTestEngine(t, Config{PrefillTokensPerSec: 1000, BlockSize: 16})
+		prompt := seqTokens(0, 100)
+		if r := <-goRun(t.Context(), e, "warm", prompt[:33], 1); r.err != nil { // Caches 2 blocks.
+			t.Fatalf("warm: %v", r.err)
+		}
+		info := RequestInfo{ID: "decode", PromptTokens: 100, MaxTokens: 1, RemotePrefill: true}
+		rec, err := e.run(t.Context(), info, prompt, func(int) error { return nil })
+		if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		// The local cache holds 32 tokens, the transfer the rest but the last.
+		if rec.CachedTokens != 32 || rec.TransferredTokens != 67 || rec.FirstToken.Sub(rec.Admitted) != time.Millisecond {
+			t.Errorf("record cached %d, transferred %d, prefill %v; want 32, 67, 1ms",
+				rec.CachedTokens, rec.TransferredTokens, rec.FirstToken.Sub(rec.Admitted))
+		}
+		// The transferred KV is cached here now.
+		if r := <-goRun(t.Context(), e, "again", prompt, 1); r.rec.CachedTokens != 96 {
+			t.Errorf("repeat cached %d tokens, want 96", r.rec.CachedTokens)
+		}
+		if st := e.statsSnapshot(); st.TransferredTokens != 67 || st.CachedTokens != 128 || st.PromptTokens != 233 {
+			t.Errorf("stats transferred/cached/prompt tokens %d/%d/%d, want 67/128/233",
+				st.TransferredTokens, st.CachedTokens, st.PromptTokens)
+		}
+	})
+}
+
 func TestEngine_PrefixCacheHitShortensPrefill(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newTestEngine(t, Config{PrefillTokensPerSec: 1000, BlockSize: 16})

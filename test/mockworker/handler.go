@@ -39,35 +39,29 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 	}
 	defer done()
 
-	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, int64(w.cfg.MaxBodyBytes)))
+	peer, err := w.prefillPeer(r.Header)
 	if err != nil {
-		if tooBig, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			writeError(rw, &apiError{
-				Message: fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit),
-				Type:    "BadRequestError", Code: http.StatusRequestEntityTooLarge,
-			})
-			return
-		}
-		writeError(rw, badRequest("", "reading request body: %v", err))
+		writeSidecarError(rw, CodeInvalidEPPMetadata, err.Error())
 		return
 	}
-	req, apiErr := parseGenerate(body, chat, w.cfg)
+	body, req, apiErr := w.readGenerate(rw, r, chat)
 	if apiErr != nil {
 		writeError(rw, apiErr)
 		return
 	}
-
-	info := RequestInfo{
-		ID:           w.requestID(r.Header),
-		Endpoint:     PathCompletions,
-		Model:        req.model,
-		Header:       r.Header.Clone(),
-		Stream:       req.stream,
-		PromptTokens: len(req.tokens),
-		MaxTokens:    req.maxTokens,
+	info := w.requestInfo(r.Header, req)
+	if peer != "" {
+		if req.kv, err = w.prefill(ctx, r.Header, peer, info, body); err != nil {
+			if r.Context().Err() == nil {
+				w.writePrefillError(rw, err)
+			}
+			return
+		}
+		info.PrefillPeer = peer
 	}
-	if chat {
-		info.Endpoint = PathChatCompletions
+	info.RemoteDecode, info.RemotePrefill = req.kv.DoRemoteDecode, req.kv.DoRemotePrefill
+	if info.RemotePrefill {
+		info.RemoteEngineID = req.kv.RemoteEngineID
 	}
 	rw.Header().Set("X-Request-Id", info.ID)
 	rw.Header().Set(HeaderWorkerID, w.cfg.ID)
@@ -97,7 +91,44 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 	}
 	base.Choices = []choice{c}
 	base.Usage = newUsage(rec)
+	if info.RemoteDecode {
+		base.KVTransferParams = w.kvSource(r, rec)
+	}
 	writeJSON(rw, http.StatusOK, base)
+}
+
+// requestInfo describes req, received with header h.
+func (w *Worker) requestInfo(h http.Header, req *generateRequest) RequestInfo {
+	info := RequestInfo{
+		ID:           w.requestID(h),
+		Endpoint:     PathCompletions,
+		Model:        req.model,
+		Header:       h.Clone(),
+		Stream:       req.stream,
+		PromptTokens: len(req.tokens),
+		MaxTokens:    req.maxTokens,
+	}
+	if req.chat {
+		info.Endpoint = PathChatCompletions
+	}
+	return info
+}
+
+// readGenerate reads and validates a completions (chat false) or chat
+// completions request body.
+func (w *Worker) readGenerate(rw http.ResponseWriter, r *http.Request, chat bool) ([]byte, *generateRequest, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, int64(w.cfg.MaxBodyBytes)))
+	if err != nil {
+		if tooBig, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, nil, &apiError{
+				Message: fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit),
+				Type:    "BadRequestError", Code: http.StatusRequestEntityTooLarge,
+			}
+		}
+		return nil, nil, badRequest("", "reading request body: %v", err)
+	}
+	req, apiErr := parseGenerate(body, chat, w.cfg)
+	return body, req, apiErr
 }
 
 // stream answers a streamed request with server-sent events: one chunk per
@@ -252,6 +283,12 @@ func (w *Worker) logEnd(rec Record, err error) {
 		slog.Int("cached_tokens", rec.CachedTokens),
 		slog.Int("completion_tokens", rec.CompletionTokens),
 		slog.Duration("latency", rec.Finish.Sub(rec.Arrival)),
+	}
+	if rec.TransferredTokens > 0 {
+		attrs = append(attrs, slog.Int("transferred_tokens", rec.TransferredTokens))
+	}
+	if rec.PrefillPeer != "" {
+		attrs = append(attrs, slog.String("prefill_peer", rec.PrefillPeer))
 	}
 	if !rec.FirstToken.IsZero() {
 		attrs = append(attrs, slog.Duration("ttft", rec.FirstToken.Sub(rec.Arrival)))

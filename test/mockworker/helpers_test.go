@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -26,12 +27,19 @@ type client struct {
 
 func newClient(t *testing.T, base string) *client {
 	t.Helper()
-	tr := &http.Transport{}
+	return newClientVia(t, base, nil)
+}
+
+// newClientVia is newClient dialing with dial (nil: a net.Dialer).
+func newClientVia(t *testing.T, base string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *client {
+	t.Helper()
+	tr := &http.Transport{DialContext: dial}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &client{t: t, base: base, hc: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 }
 
-// post sends body as JSON with the given headers (name, value pairs).
+// post sends body as JSON with the given headers (name, value pairs; a
+// name given twice is sent with both values).
 func (c *client) post(ctx context.Context, path string, body any, headers ...string) *http.Response {
 	c.t.Helper()
 	var data []byte
@@ -50,7 +58,7 @@ func (c *client) post(ctx context.Context, path string, body any, headers ...str
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
+		req.Header.Add(headers[i], headers[i+1])
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

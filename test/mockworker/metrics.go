@@ -18,6 +18,7 @@ type metrics struct {
 	generationTokens prometheus.Counter
 	cacheQueries     prometheus.Counter
 	cacheHits        prometheus.Counter
+	bySource         *prometheus.CounterVec
 	success          *prometheus.CounterVec
 	ttft             prometheus.Histogram
 	e2e              prometheus.Histogram
@@ -39,6 +40,9 @@ func newMetrics(cfg Config, stats func() Stats) *metrics {
 		generationTokens: counter("vllm:generation_tokens_total", "Number of generation tokens processed."),
 		cacheQueries:     counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
 		cacheHits:        counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
+		bySource: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vllm:prompt_tokens_by_source_total", Help: "Number of prompt tokens by source.", ConstLabels: labels,
+		}, []string{"source"}),
 		success: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: labels,
 		}, []string{"finished_reason"}),
@@ -47,7 +51,7 @@ func newMetrics(cfg Config, stats func() Stats) *metrics {
 		e2e: histogram("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
 			[]float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120}),
 	}
-	m.reg.MustRegister(m.promptTokens, m.generationTokens, m.cacheQueries, m.cacheHits, m.success, m.ttft, m.e2e)
+	m.reg.MustRegister(m.promptTokens, m.generationTokens, m.cacheQueries, m.cacheHits, m.bySource, m.success, m.ttft, m.e2e)
 	m.reg.MustRegister(loadGauges(cfg, stats)...)
 	return m
 }
@@ -96,11 +100,16 @@ func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// prefilled counts a finished prefill of prompt tokens, cached of them hits.
-func (m *metrics) prefilled(prompt, cached int) {
-	m.promptTokens.Add(float64(prompt))
-	m.cacheQueries.Add(float64(prompt))
+// prefilled counts a finished prefill of a prompt by where its tokens came
+// from: computed here, hits of the prefix cache, or a remote prefill's KV.
+func (m *metrics) prefilled(computed, cached, transferred int) {
+	prompt := float64(computed + cached + transferred)
+	m.promptTokens.Add(prompt)
+	m.cacheQueries.Add(prompt)
 	m.cacheHits.Add(float64(cached))
+	m.bySource.WithLabelValues("local_compute").Add(float64(computed))
+	m.bySource.WithLabelValues("local_cache_hit").Add(float64(cached))
+	m.bySource.WithLabelValues("external_kv_transfer").Add(float64(transferred))
 }
 
 // firstToken observes a time to first token.

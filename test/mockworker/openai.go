@@ -52,6 +52,25 @@ type generateBody struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	KVTransferParams *kvTransferParams `json:"kv_transfer_params"`
+}
+
+// kvTransferParams is vLLM's kv_transfer_params as its NIXL connector
+// reads and writes them: a request with DoRemoteDecode asks for the prefill
+// half only, and its answer carries the parameters (DoRemotePrefill and
+// where the KV lies) that make the decode half fetch the prompt's KV
+// instead of computing it.
+type kvTransferParams struct {
+	DoRemoteDecode  bool   `json:"do_remote_decode"`
+	DoRemotePrefill bool   `json:"do_remote_prefill"`
+	RemoteEngineID  string `json:"remote_engine_id"`
+	RemoteRequestID string `json:"remote_request_id"`
+	// RemoteBlockIDs is a list of block ids, or a list of such lists (one
+	// per KV-cache group) from newer vLLM; the worker does not read it.
+	RemoteBlockIDs any    `json:"remote_block_ids"`
+	RemoteHost     string `json:"remote_host"`
+	RemotePort     int    `json:"remote_port"`
+	TPSize         int    `json:"tp_size"`
 }
 
 type chatMessage struct {
@@ -67,6 +86,7 @@ type generateRequest struct {
 	maxTokens    int
 	stream       bool
 	includeUsage bool
+	kv           kvTransferParams // Zero without kv_transfer_params.
 }
 
 // parseGenerate decodes and validates a request body for the completions
@@ -94,6 +114,13 @@ func parseGenerate(body []byte, chat bool, cfg Config) (*generateRequest, *apiEr
 			return nil, badRequest("stream_options", "Stream options can only be defined when `stream=True`.")
 		}
 		req.includeUsage = b.StreamOptions.IncludeUsage
+	}
+
+	if b.KVTransferParams != nil {
+		req.kv = *b.KVTransferParams
+		if req.kv.DoRemoteDecode && req.kv.DoRemotePrefill {
+			return nil, badRequest("kv_transfer_params", "do_remote_decode and do_remote_prefill are exclusive")
+		}
 	}
 
 	var err *apiError
@@ -210,7 +237,8 @@ func chatContent(raw json.RawMessage) (string, error) {
 }
 
 // usage is the OpenAI usage object, with prompt_tokens_details.cached_tokens
-// as vLLM reports it.
+// as vLLM reports it: every prompt token not computed here, from the prefix
+// cache or from a remote prefill.
 type usage struct {
 	PromptTokens        int `json:"prompt_tokens"`
 	CompletionTokens    int `json:"completion_tokens"`
@@ -226,7 +254,7 @@ func newUsage(r Record) *usage {
 		CompletionTokens: r.CompletionTokens,
 		TotalTokens:      r.PromptTokens + r.CompletionTokens,
 	}
-	u.PromptTokensDetails.CachedTokens = r.CachedTokens
+	u.PromptTokensDetails.CachedTokens = r.CachedTokens + r.TransferredTokens
 	return u
 }
 
@@ -242,6 +270,9 @@ type response struct {
 	// stream carries jsonNull, as OpenAI specifies, and the last one the
 	// totals.
 	Usage any `json:"usage,omitempty"`
+	// KVTransferParams is set in the non-streamed answer to a RemoteDecode
+	// request: where the decode half finds the prompt's KV.
+	KVTransferParams *kvTransferParams `json:"kv_transfer_params,omitempty"`
 }
 
 // jsonNull encodes as null even where the field has omitempty.

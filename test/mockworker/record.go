@@ -28,6 +28,23 @@ type RequestInfo struct {
 	PromptTokens int
 	// MaxTokens is the number of output tokens the request will produce.
 	MaxTokens int
+	// RemoteDecode marks the prefill half of a disaggregated request
+	// (kv_transfer_params.do_remote_decode): the answer carries the
+	// kv_transfer_params a decode worker needs to fetch the prompt's KV.
+	RemoteDecode bool
+	// RemotePrefill marks the decode half of a disaggregated request
+	// (kv_transfer_params.do_remote_prefill): the prompt's KV comes from
+	// the engine RemoteEngineID names, so the engine computes only the
+	// prompt tokens that its own cache lacks and the transfer cannot cover
+	// (the last one, as in vLLM).
+	RemotePrefill bool
+	// RemoteEngineID is kv_transfer_params.remote_engine_id of a
+	// RemotePrefill request: a mock prefill worker puts its Config.ID there.
+	RemoteEngineID string
+	// PrefillPeer is the prefill worker ("IP:port", from
+	// x-prefiller-host-port) that the decode sidecar called for this
+	// request, or "" when the sidecar called none.
+	PrefillPeer string
 }
 
 // Outcome is how a request ended.
@@ -65,6 +82,10 @@ type Record struct {
 	// CachedTokens is the number of prompt tokens served from the prefix
 	// cache, known when prefill starts.
 	CachedTokens int
+	// TransferredTokens is the number of prompt tokens whose KV came from
+	// a remote prefill (RemotePrefill) rather than the prefix cache or the
+	// worker's own prefill, known when prefill starts.
+	TransferredTokens int
 	// CompletionTokens is the number of output tokens produced so far.
 	CompletionTokens int
 	// Arrival is when the request reached the engine.
@@ -102,12 +123,19 @@ type Stats struct {
 	MaxRunning int
 	// MaxWaiting is the largest Waiting ever observed.
 	MaxWaiting int
-	// PromptTokens, CachedTokens and GenerationTokens are token totals:
-	// prompt tokens prefilled (cached ones included), the part of them
-	// served from the prefix cache, and output tokens produced.
-	PromptTokens, CachedTokens, GenerationTokens int
+	// PromptTokens, CachedTokens, TransferredTokens and GenerationTokens
+	// are token totals: prompt tokens prefilled (cached and transferred
+	// ones included), the part of them served from the prefix cache, the
+	// part whose KV came from a remote prefill, and output tokens produced.
+	PromptTokens, CachedTokens, TransferredTokens, GenerationTokens int
 	// CachedBlocks is the number of blocks in the prefix cache.
 	CachedBlocks int
+	// PrefillCalls counts the decode sidecar's calls to prefill workers,
+	// and PrefillFailures those of them that failed (answered 502).
+	PrefillCalls, PrefillFailures int
+	// PrefillServed counts finished RemoteDecode requests: prefills this
+	// worker ran for a remote decode.
+	PrefillServed int
 }
 
 // recordLog keeps the newest records, at most max of them, in arrival

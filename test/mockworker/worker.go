@@ -22,6 +22,7 @@ type Worker struct {
 	engine  *engine
 	metrics *metrics
 	handler http.Handler
+	client  *http.Client // The decode sidecar's, to prefill workers.
 	created int64
 	nextID  atomic.Uint64
 
@@ -57,6 +58,7 @@ func New(cfg Config) (*Worker, error) {
 		w.engine.pub = pub
 	}
 	w.handler = w.routes()
+	w.client = newSidecarClient(cfg.Dial)
 	return w, nil
 }
 
@@ -134,9 +136,10 @@ func (w *Worker) URL() string {
 }
 
 // Close cancels every in-flight request, stops the server Listen started,
-// and returns once every request handler and server goroutine the worker
-// owns has returned (waiting at most a few seconds for a client that stops
-// reading). Later requests get 503. Close is idempotent.
+// closes the decode sidecar's connections, and returns once every request
+// handler and server goroutine the worker owns has returned (waiting at
+// most a few seconds for a client that stops reading). Later requests get
+// 503. Close is idempotent.
 func (w *Worker) Close() error {
 	w.mu.Lock()
 	if w.closed {
@@ -163,6 +166,7 @@ func (w *Worker) Close() error {
 		w.serving.Wait()
 	}
 	w.inflight.Wait()
+	w.client.CloseIdleConnections() // No prefill call is left to make.
 	if w.engine.pub != nil {
 		w.engine.pub.close()
 	}

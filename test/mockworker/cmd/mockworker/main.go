@@ -3,8 +3,8 @@
 //
 //	go run ./test/mockworker/cmd/mockworker --addr 127.0.0.1:8000 --speed 10
 //
-// Every field of mockworker.Config has a flag, except the Hold hook, which
-// only tests can set. Run it with -h for the list.
+// Every field of mockworker.Config has a flag, except the Hold hook and the
+// Dial function, which only tests can set. Run it with -h for the list.
 package main
 
 import (

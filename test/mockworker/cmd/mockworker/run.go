@@ -50,6 +50,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&kvShape, "kv-events-shape", "array", "batch and event shape: array (positional, vLLM before #42892) or map (\"type\"-tagged)")
 	fs.BoolVar(&kv.Encoding.ByteHashes, "kv-events-byte-hashes", false, "send block hashes as digest bytes instead of integers")
 	fs.IntVar(&dpRank, "dp-rank", -1, "data-parallel rank: sent in every batch, and offsets the KV-event ports by it (-1: none)")
+	fs.StringVar((*string)(&cfg.Role), "role", string(mockworker.RoleBoth), "prefill/decode role: both, prefill or decode (prefill ignores x-prefiller-host-port)")
+	fs.DurationVar(&cfg.PrefillTimeout, "prefill-timeout", mockworker.DefaultPrefillTimeout, "bound on the decode sidecar's call to a prefill worker")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err

@@ -86,6 +86,7 @@ func TestRun_RejectsBadArguments(t *testing.T) {
 		{name: "unknown flag", args: []string{"--nope"}, want: "flag provided but not defined: -nope"},
 		{name: "bad number", args: []string{"--speed", "fast"}, want: `invalid value "fast" for flag -speed`},
 		{name: "negative value", args: []string{"--max-num-seqs", "-1"}, want: "max num seqs must not be negative, got -1"},
+		{name: "unknown role", args: []string{"--role", "encode"}, want: `role must be both, prefill or decode, got "encode"`},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: `invalid value "loud" for flag -log-level`},
 		{name: "positional argument", args: []string{"extra"}, want: `unexpected arguments ["extra"]`},
 		{name: "unusable address", args: []string{"--addr", "127.0.0.1:-1"}, want: "mockworker: listen tcp"},
@@ -107,7 +108,8 @@ func TestRun_HelpIsNotAFailure(t *testing.T) {
 		t.Fatalf("run(-h) = %v, want flag.ErrHelp", err)
 	}
 	for _, f := range []string{"-addr", "-id", "-model", "-max-num-seqs", "-prefill-tokens-per-sec", "-decode-tokens-per-sec",
-		"-block-size", "-cache-blocks", "-speed", "-default-max-tokens", "-max-model-len", "-max-records", "-max-body-bytes", "-log-level"} {
+		"-block-size", "-cache-blocks", "-speed", "-default-max-tokens", "-max-model-len", "-max-records", "-max-body-bytes", "-log-level",
+		"-role", "-prefill-timeout"} {
 		if !strings.Contains(stderr.String(), f) {
 			t.Errorf("usage lacks %s:\n%s", f, stderr.String())
 		}
