@@ -417,7 +417,8 @@ type Config struct {
 	PDThreshold uint64
 }
 
-// DefaultPDThreshold is llm-d's nonCachedTokens threshold of 512.
+// DefaultPDThreshold is the nonCachedTokens of the example in llm-d's
+// prefix-based-pd-decider README (the plugin's own default, 0, turns it off).
 const DefaultPDThreshold = 512
 
 // AdmissionConfig is SMG's request bucket (--max-concurrent-requests,

@@ -51,13 +51,15 @@ func TestRenderedConfigPassesCheckConfig(t *testing.T) {
 	// The rate-limit example: SMG's legacy admission, tenant budgets and
 	// Dynamo's flat SLO classes.
 	rateLimits := readFile(t, rateLimitValues) + checkConfigTenants
-	for _, name := range []string{"static", "kubernetesService", "kubernetesSelector", "inferencePool", "leaderElection", "rateLimits"} {
+	for _, name := range []string{"static", "kubernetesService", "kubernetesSelector", "inferencePool", "leaderElection", "rateLimits", "pd"} {
 		t.Run(name+" passes", func(t *testing.T) {
 			doc := checkConfigScenario
 			switch name {
 			case "static":
 			case "rateLimits":
 				doc = rateLimits
+			case "pd":
+				doc = pdScenario + checkConfigTenants
 			default:
 				doc = scenarios[name] + checkConfigTenants
 			}
@@ -77,6 +79,7 @@ func TestRenderedConfigPassesCheckConfig(t *testing.T) {
 		"untrusted header tenant":    {rateLimits, `tenant_key: "auth:team-a"`, `tenant_key: "header:team-a"`, "tenant_key 'header:team-a' needs --trust-tenant-header"},
 		"tenant key not canonical":   {rateLimits, `tenant_key: "auth:team-a"`, `tenant_key: "team-a"`, "is not a canonical serving-path tenant key"},
 		"flat and family keys mixed": {rateLimits, "default_policy_class: standard", "default_policy_class: standard\n    default_policy_family: regular", "mixes two policy file generations"},
+		"prefill adds no SMG slots":  {pdScenario, "max_running_requests: 128, role: decode", "max_running_requests: 32, role: decode", "exceeds capacity (160)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			broken := strings.ReplaceAll(tc.doc, tc.old, tc.new)

@@ -33,6 +33,7 @@ var exportedMetrics = []string{
 	"smg_scheduler_utilization",
 	"tollgate_cost_estimate_error_ratio",
 	"tollgate_decision_latency_seconds",
+	"tollgate_pd_split_requests_total",
 	"tollgate_queue_wait_seconds",
 	"tollgate_tenant_rate_limit_decisions_total",
 	"tollgate_tenant_rate_limit_scope_evictions_total",

@@ -141,6 +141,18 @@ left at its default sets none (tollgate's default applies).
 {{- toJson $args }}
 {{- end }}
 
+{{/*
+The prefill/decode flags config.pd sets, as a JSON list; a value left null
+sets none (tollgate's default applies).
+*/}}
+{{- define "tollgate.pdArgs" -}}
+{{- $args := list }}
+{{- if include "tollgate.isSet" (list .Values.config.pd "uncachedThreshold") }}
+{{- $args = append $args (printf "--pd-uncached-threshold=%d" (int64 .Values.config.pd.uncachedThreshold)) }}
+{{- end }}
+{{- toJson $args }}
+{{- end }}
+
 {{/* "true" when the map (first) has the key (second) set to something other than null. */}}
 {{- define "tollgate.isSet" -}}
 {{- $m := index . 0 }}
@@ -178,11 +190,14 @@ nothing.
 {{- if and $tenantLimits.enabled (not (get $tenantLimits "config")) }}
 {{- fail "config.rateLimits.tenantRateLimits.enabled needs config.rateLimits.tenantRateLimits.config, the SMG tenant rate-limit file (default_policy and tenants): tollgate does not start with --tenant-rate-limit-enabled and no --tenant-rate-limit-config" }}
 {{- end }}
-{{- range include "tollgate.rateLimitArgs" . | fromJsonArray }}
+{{- range $src := list (list "config.rateLimits" (include "tollgate.rateLimitArgs" .)) (list "config.pd" (include "tollgate.pdArgs" .)) }}
+{{- $values := index $src 0 }}
+{{- range index $src 1 | fromJsonArray }}
 {{- $flag := regexReplaceAll "=.*$" (trimPrefix "--" .) "" }}
 {{- range $.Values.extraArgs }}
 {{- if regexMatch (printf "^--?%s(=|$)" $flag) (toString .) }}
-{{- fail (printf "extraArgs has %q but config.rateLimits already sets --%s; set it in one place (config.rateLimits)" . $flag) }}
+{{- fail (printf "extraArgs has %q but %s already sets --%s; set it in one place (%s)" . $values $flag $values) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
