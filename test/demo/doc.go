@@ -3,7 +3,7 @@
 // tollgate is for. It runs the real ext_proc server (package extproc) with
 // the real scheduler, a simulated Envoy (test/envoysim) in front of it and
 // simulated vLLM workers (test/mockworker) behind it, all on loopback, and
-// drives six scenarios through them:
+// drives seven scenarios through them:
 //
 //   - premium: NVIDIA Dynamo's premium/regular policy-class experiment. One
 //     worker with four sequences, 320 premium and 320 regular requests of
@@ -19,6 +19,9 @@
 //     without a tenant policy has its system header clamped to default, and
 //     an interactive burst that finds no slot preempts one bulk job that has
 //     not produced its first token.
+//   - engine: a worker also busy with traffic tollgate did not route, run
+//     with tollgate's bookings only, then with the engines' metrics; the
+//     table gives the time to first token and that worker's peak queue.
 //   - kvevents: 24 chat sessions of 6 turns sharing 3 system prompts on 4
 //     workers whose prefix caches hold 2,560 tokens, while clients that do
 //     not go through tollgate evict conversations; run with tollgate's
@@ -34,6 +37,20 @@
 //   - gateways: the premium_4x.yaml arm of premium with its requests
 //     arriving through two simulated Envoys, 3:1, in front of the one
 //     tollgate: the 4:1 split is the scheduler's whatever the ingress.
+//   - pd: prefill/decode disaggregation. Four workers of 8 sequences, each
+//     running one vLLM-style shared batch (mockworker.BatchConfig: steps of
+//     at most 2,048 tokens lasting 5 ms + tokens / 40,000 per second, so
+//     that a long prefill stretches the token gaps of the sequences
+//     decoding beside it), get one streamed request every 18 ms (at speed
+//     1), one in twenty a unique 8,192-token prompt and the rest unique
+//     100-token prompts; run with every worker role both (nothing is
+//     split), then with one prefill-role and three decode-role workers,
+//     where tollgate splits every long prompt. The table gives each arm's
+//     and prompt kind's time to first token and inter-token latency p50
+//     and p99 as the client reads the stream, the splits the client saw
+//     against tollgate_pd_split_requests_total, the prefill halves served
+//     and the engines' steps, and tollgate_decision_latency_seconds'
+//     median.
 //
 // Each scenario prints a live progress line, a result table, and an SVG
 // chart (WriteSVG) whose subtitle says what the scenario does and whose

@@ -23,10 +23,11 @@ const (
 	ScenarioKVEvents = "kvevents"
 	ScenarioFairness = "fairness"
 	ScenarioGateways = "gateways"
+	ScenarioPD       = "pd"
 )
 
 // Scenarios lists the scenarios in the order ScenarioAll runs them.
-var Scenarios = []string{ScenarioPremium, ScenarioPriority, ScenarioEngine, ScenarioKVEvents, ScenarioFairness, ScenarioGateways}
+var Scenarios = []string{ScenarioPremium, ScenarioPriority, ScenarioEngine, ScenarioKVEvents, ScenarioFairness, ScenarioGateways, ScenarioPD}
 
 // DefaultOut is the directory the charts are written to by default.
 const DefaultOut = "demo-out"

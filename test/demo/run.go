@@ -133,6 +133,21 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	if o.Scenario == ScenarioAll || o.Scenario == ScenarioPD {
+		fmt.Fprintf(w, "\n== 7. Prefill/decode disaggregation: long prompts prefilled on a prefill worker\n")
+		pdIntro(w)
+		arms, err := runPD(ctx, pdConfig{
+			requests: pdRequests, speed: o.Speed, seed: o.Seed,
+			stdout: w, terminal: o.Terminal, log: log,
+		})
+		if err != nil {
+			return interrupted(ctx, err)
+		}
+		printPD(w, arms)
+		if err := writeChart(w, filepath.Join(o.Out, "pd.svg"), pdChart(arms)); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(w, "\ndemo finished in %.1fs\n", time.Since(start).Seconds())
 	return nil
 }

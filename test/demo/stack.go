@@ -26,6 +26,11 @@ import (
 // sees where tollgate routed its request.
 const HeaderEndpoint = "X-Tollgate-Endpoint"
 
+// headerPrefiller is the response header in which a worker echoes the
+// x-prefiller-host-port that reached it, so a client sees that tollgate
+// split its request and which prefill worker it named.
+const headerPrefiller = "X-Tollgate-Prefiller"
+
 // demoModel is the model every demo worker serves.
 const demoModel = "demo-model"
 
@@ -60,6 +65,24 @@ type workerSpec struct {
 	// kvEvents makes the workers publish KV events and tollgate price
 	// and route with them.
 	kvEvents bool
+	// roles are the workers' prefill/decode roles by index, for tollgate
+	// and the mock workers alike; a missing or empty one is both.
+	roles []mockworker.Role
+	// role is the one worker startWorker starts (startStack sets it from
+	// roles); empty means both.
+	role mockworker.Role
+	// batch makes the workers run one shared batch in steps, as vLLM
+	// does; nil times each sequence on its own.
+	batch *mockworker.BatchConfig
+}
+
+// worker returns the spec of worker i: ws with its role.
+func (ws workerSpec) worker(i int) workerSpec {
+	ws.role = ""
+	if i < len(ws.roles) {
+		ws.role = ws.roles[i]
+	}
+	return ws
 }
 
 // simWorker is one mock worker behind its own HTTP server.
@@ -115,7 +138,8 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 	}()
 	var workers []fleet.Worker
 	for i := range ws.count {
-		sw, err := startWorker(ctx, fmt.Sprintf("worker-%d", i), ws, speed, log)
+		wi := ws.worker(i)
+		sw, err := startWorker(ctx, fmt.Sprintf("worker-%d", i), wi, speed, log)
 		if err != nil {
 			return st, err
 		}
@@ -126,6 +150,7 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 			MaxRunningRequests:  uint32(ws.maxNumSeqs),
 			MaxNumBatchedTokens: ws.maxBatchedTokens,
 			Model:               demoModel,
+			Role:                string(wi.role),
 		}
 		ew.KVEventsEndpoint, ew.KVEventsReplayEndpoint = sw.w.KVEventEndpoints()
 		workers = append(workers, ew)
@@ -234,6 +259,8 @@ func startWorker(ctx context.Context, id string, ws workerSpec, speed float64, l
 		MaxRecords:          1 << 14,
 		Hold:                ws.hold,
 		MetricsNaming:       ws.naming,
+		Role:                ws.role,
+		Batch:               ws.batch,
 		Logger:              log,
 	})
 	if err != nil {
@@ -259,12 +286,15 @@ func startWorker(ctx context.Context, id string, ws workerSpec, speed float64, l
 	return sw, nil
 }
 
-// echoEndpoint sets HeaderEndpoint to the request's routing header before
-// the worker answers.
+// echoEndpoint sets HeaderEndpoint to the request's routing header, and
+// headerPrefiller to its x-prefiller-host-port, before the worker answers.
 func echoEndpoint(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get(envoysim.DefaultDestinationHeader); v != "" {
 			w.Header().Set(HeaderEndpoint, v)
+		}
+		if v := r.Header.Get(mockworker.HeaderPrefillerHostPort); v != "" {
+			w.Header().Set(headerPrefiller, v)
 		}
 		h.ServeHTTP(w, r)
 	})

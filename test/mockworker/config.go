@@ -25,6 +25,9 @@ const (
 	DefaultMaxRecords          = 10000
 	DefaultMaxBodyBytes        = 32 << 20
 	DefaultPrefillTimeout      = 60 * time.Second
+	// DefaultMaxNumBatchedTokens is BatchConfig.MaxNumBatchedTokens's
+	// default where Config.MaxNumSeqs is not larger.
+	DefaultMaxNumBatchedTokens = 2048
 )
 
 // Role is a worker's part in prefill/decode disaggregation, as llm-d's
@@ -73,8 +76,9 @@ type Config struct {
 	// CacheBlocks bounds the prefix cache; the least recently used block is
 	// evicted beyond it. Default DefaultCacheBlocks.
 	CacheBlocks int
-	// Speed multiplies both rates: Speed 100 runs the engine 100 times faster
-	// than the configured rates. It does not shorten Hold. Default 1.
+	// Speed multiplies both rates (and divides the steps of Batch): Speed
+	// 100 runs the engine 100 times faster than configured. It does not
+	// shorten Hold. Default 1.
 	Speed float64
 	// DefaultMaxTokens is the number of output tokens of a request that sets
 	// no max_tokens. Default DefaultMaxTokens.
@@ -122,6 +126,37 @@ type Config struct {
 	// worker served on an in-memory network needs that network's Dial
 	// (memnet.Network.Dial). Default: a net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Batch, when set, switches the engine from per-sequence timing to
+	// vLLM-style steps of one shared batch, where a long prefill slows the
+	// tokens of every sequence decoding beside it (see BatchConfig and the
+	// package documentation). PrefillTokensPerSec and DecodeTokensPerSec
+	// then only supply BatchConfig's defaults. Default: nil, every sequence
+	// timed on its own.
+	Batch *BatchConfig
+}
+
+// BatchConfig describes the shared batch of an engine that runs in steps,
+// as vLLM's scheduler with chunked prefill does. Each step carries one
+// decode token of every running sequence past its prefill, then chunks of
+// the unfinished prefills, oldest first, up to MaxNumBatchedTokens tokens
+// in all; it lasts (StepOverhead + tokens / TokensPerSec) / Config.Speed.
+// Every field is optional: zero selects the default.
+type BatchConfig struct {
+	// MaxNumBatchedTokens is the token budget of one step (vLLM's
+	// --max-num-batched-tokens). It must be at least Config.MaxNumSeqs, as
+	// vLLM requires, so that every running sequence's decode token fits.
+	// Default DefaultMaxNumBatchedTokens, or Config.MaxNumSeqs if larger.
+	MaxNumBatchedTokens int
+	// StepOverhead is the fixed part of a step's duration at speed 1: the
+	// time of a step that carries (nearly) nothing, such as a small decode
+	// batch. Default 1 / Config.DecodeTokensPerSec, so that a sequence
+	// decoding alone produces about DecodeTokensPerSec tokens per second.
+	StepOverhead time.Duration
+	// TokensPerSec is the rate at which a step's tokens (decode tokens and
+	// prefill chunks alike) add to its duration at speed 1. Default
+	// Config.PrefillTokensPerSec, so that a long prompt alone prefills at
+	// about that rate.
+	TokensPerSec float64
 }
 
 // Validate reports every invalid field, joined, or nil if cfg is usable.
@@ -160,12 +195,22 @@ func (c Config) Validate() error {
 	if c.PrefillTimeout < 0 {
 		errs = append(errs, fmt.Errorf("mockworker: prefill timeout must not be negative, got %v", c.PrefillTimeout))
 	}
+	if b := c.Batch; b != nil {
+		nonNegInt("max num batched tokens", b.MaxNumBatchedTokens)
+		nonNegFloat("batch tokens per second", b.TokensPerSec)
+		if b.StepOverhead < 0 {
+			errs = append(errs, fmt.Errorf("mockworker: batch step overhead must not be negative, got %v", b.StepOverhead))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	d := c.withDefaults()
 	if d.DefaultMaxTokens > d.MaxModelLen {
 		return fmt.Errorf("mockworker: default max tokens %d exceeds max model len %d", d.DefaultMaxTokens, d.MaxModelLen)
+	}
+	if d.Batch != nil && d.Batch.MaxNumBatchedTokens < d.MaxNumSeqs {
+		return fmt.Errorf("mockworker: max num batched tokens %d is less than max num seqs %d", d.Batch.MaxNumBatchedTokens, d.MaxNumSeqs)
 	}
 	return nil
 }
@@ -209,6 +254,17 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Batch != nil {
+		b := *c.Batch // The caller's stays as it was.
+		if b.MaxNumBatchedTokens == 0 {
+			b.MaxNumBatchedTokens = max(DefaultMaxNumBatchedTokens, c.MaxNumSeqs)
+		}
+		if b.StepOverhead == 0 {
+			b.StepOverhead = rateDuration(1, c.DecodeTokensPerSec)
+		}
+		setFloat(&b.TokensPerSec, c.PrefillTokensPerSec)
+		c.Batch = &b
+	}
 	return c
 }
 
@@ -220,6 +276,12 @@ func (c Config) prefillTime(n int) time.Duration {
 // decodeTime is how long a sequence takes to decode n tokens.
 func (c Config) decodeTime(n int) time.Duration {
 	return rateDuration(n, c.DecodeTokensPerSec*c.Speed)
+}
+
+// stepTime is how long a step of the shared batch carrying n tokens takes.
+func (c Config) stepTime(n int) time.Duration {
+	ns := float64(c.Batch.StepOverhead) + float64(n)/c.Batch.TokensPerSec*float64(time.Second)
+	return time.Duration(math.Round(ns / c.Speed))
 }
 
 // rateDuration is the time n tokens take at rate tokens per second, rounded

@@ -12,11 +12,37 @@
 // hold, taking uncached / (PrefillTokensPerSec × Speed); the end of prefill
 // produces the first output token. Each further token follows the first at
 // i / (DecodeTokensPerSec × Speed), scheduled from the first token's time so
-// that timer lateness does not accumulate. Prefill and decode times of one
-// sequence do not depend on the others: the model has slots, not a shared
-// batch. Every request produces exactly max_tokens tokens (default
-// Config.DefaultMaxTokens) of filler words (FillerToken) and finishes with
-// reason "length".
+// that timer lateness does not accumulate. By default prefill and decode
+// times of one sequence do not depend on the others: the model has slots,
+// not a shared batch (Config.Batch changes that, see below). Every request
+// produces exactly max_tokens tokens (default Config.DefaultMaxTokens) of
+// filler words (FillerToken) and finishes with reason "length".
+//
+// # Shared batch
+//
+// With Config.Batch the engine runs as vLLM's does with chunked prefill:
+// in steps of one batch that every running sequence past Hold shares.
+// Each step carries one decode token of every sequence past its prefill,
+// then prefill chunks of the sequences still prefilling, oldest first (in
+// the order they joined the batch), while the step's token budget
+// (BatchConfig.MaxNumBatchedTokens, which must be at least MaxNumSeqs, as
+// vLLM requires) lasts; a prefill that finds no budget left waits for a
+// later step. A step of n tokens lasts (BatchConfig.StepOverhead + n /
+// BatchConfig.TokensPerSec) / Speed, and the next one starts when it was
+// due to end, so that timer lateness does not accumulate (a step late by
+// more than its length moves the schedule on instead). A sequence
+// produces its first token at the end of the step that carries its last
+// prefill chunk, and one token at the end of each later step; a prefill of
+// P computed tokens with b tokens of budget left beside the decode tokens
+// thus takes ceil(P/b) steps, and a long prefill stretches the token gaps
+// of every sequence decoding beside it. Only computed tokens go into a
+// step: cached prefix blocks and transferred KV (RemotePrefill) do not. A
+// sequence that joins during a step waits for the next one; one cancelled
+// during a step leaves its share of that step wasted and is gone from the
+// next, its prefill unfinished and uncached. Slots, the FIFO queue, Hold,
+// the prefix cache, KV events, records, Stats and /metrics behave as in the
+// per-sequence mode; Stats.Steps counts the steps. The batch is driven by a
+// step loop, a goroutine that runs while the batch holds a sequence.
 //
 // # Tokens and the prefix cache
 //
@@ -85,9 +111,9 @@
 //
 // Stats counts requests received, started, finished and cancelled, the
 // current and peak running count, token totals (transferred ones apart),
-// the sidecar's prefill calls and their failures, and the prefill halves
-// served; Await waits for a condition on them without polling. Records
-// keeps, per request, its ID (x-request-id, or a generated one), the
+// the sidecar's prefill calls and their failures, the prefill halves
+// served and the shared batch's steps; Await waits for a condition on them
+// without polling. Records keeps, per request, its ID (x-request-id, or a generated one), the
 // headers it arrived with, its kv_transfer_params role, the prefill worker
 // the sidecar called and the engine its KV came from, its arrival,
 // admission, first-token and finish times, and its token counts. A prefill
@@ -104,19 +130,24 @@
 // # Concurrency and lifecycle
 //
 // Every request runs on its HTTP handler's goroutine; the worker starts no
-// other goroutine except the server goroutine of Listen and those of the
-// sidecar's HTTP client connections, which Close closes. A worker served
-// on an in-memory network (Serve) in a testing/synctest bubble needs that
-// network's Dial as Config.Dial for its sidecar to reach prefill workers.
-// One mutex guards the engine's slots, queue, cache, counters and records.
-// A request ends early, freeing its slot or leaving the queue at once, when
-// its client goes away (the request context ends) or when the worker
-// closes. Close cancels every request, stops the listener and waits for
-// everything the worker started. Hold runs on the request's goroutine while
+// other goroutine except the server goroutine of Listen, those of the
+// sidecar's HTTP client connections, which Close closes, and with
+// Config.Batch the step loop, which returns at the end of the first step
+// that leaves the batch empty (so in a testing/synctest bubble a cancelled
+// sequence leaves it running until its step's time has passed). A worker
+// served on an in-memory network (Serve) in a testing/synctest bubble needs
+// that network's Dial as Config.Dial for its sidecar to reach prefill
+// workers. One mutex guards the engine's slots, queue, shared batch, cache,
+// counters and records. A request ends early, freeing its slot or leaving
+// the queue at once, when its client goes away (the request context ends)
+// or when the worker closes. Close cancels every request, stops the
+// listener and waits for everything the worker started, the step loop
+// included (at most one step). Hold runs on the request's goroutine while
 // the request occupies a slot, and Speed does not shorten it.
 //
 // The command in cmd/mockworker runs one worker:
 //
 //	go run ./test/mockworker/cmd/mockworker --addr 127.0.0.1:8000 --speed 10
 //	go run ./test/mockworker/cmd/mockworker --addr 127.0.0.1:8001 --role decode
+//	go run ./test/mockworker/cmd/mockworker --addr 127.0.0.1:8002 --batch --max-num-batched-tokens 2048
 package mockworker

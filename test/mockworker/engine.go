@@ -11,8 +11,10 @@ import (
 
 // engine simulates vLLM's scheduler for one worker: MaxNumSeqs running
 // slots, a FIFO queue for the rest, a prefix cache, and per-sequence prefill
-// and decode timing. A sequence runs on its caller's goroutine (run blocks
-// until the sequence ends), so the engine starts no goroutines of its own.
+// and decode timing, or with Config.Batch the steps of one shared batch. A
+// sequence runs on its caller's goroutine (run blocks until the sequence
+// ends); the only goroutine of the engine's own is the shared batch's step
+// loop, which runs while the batch holds a sequence (see batch.go).
 //
 // Slots are handed off: a finishing sequence gives its slot straight to the
 // head of the queue, so Running never dips while requests wait and the queue
@@ -31,6 +33,8 @@ type engine struct {
 	records *recordLog
 	// changed is closed and replaced on every state change (Await).
 	changed chan struct{}
+	// batch is the shared batch, with Config.Batch only.
+	batch *batch
 }
 
 // waiter is a request queued for a slot.
@@ -41,7 +45,7 @@ type waiter struct {
 }
 
 func newEngine(cfg Config, m *metrics) *engine {
-	return &engine{
+	e := &engine{
 		cfg:     cfg,
 		metrics: m,
 		waiting: list.New(),
@@ -49,6 +53,10 @@ func newEngine(cfg Config, m *metrics) *engine {
 		records: newRecordLog(cfg.MaxRecords),
 		changed: make(chan struct{}),
 	}
+	if cfg.Batch != nil {
+		e.batch = newBatch()
+	}
+	return e
 }
 
 // errHold wraps a failure of the Hold hook.
@@ -84,19 +92,14 @@ func (e *engine) run(ctx context.Context, info RequestInfo, tokens []int, emit f
 	e.mu.Unlock()
 
 	computed := len(tokens) - cached - transferred
+	if e.cfg.Batch != nil {
+		return e.runBatched(ctx, rec, tokens, hashes, computed, emit)
+	}
 	if err := sleepUntil(ctx, time.Now().Add(e.cfg.prefillTime(computed))); err != nil {
 		return e.end(rec, err)
 	}
-	// The prompt's KV is now here, computed or transferred: cache it.
 	e.mu.Lock()
-	inserted, evicted := e.cache.insert(hashes)
-	if e.pub != nil {
-		e.pub.publish(cacheEvents(tokens, hashes, inserted, evicted, e.cfg.BlockSize))
-	}
-	e.stats.PromptTokens += len(tokens)
-	e.stats.CachedTokens += cached
-	e.stats.TransferredTokens += transferred
-	e.stats.CachedBlocks = e.cache.len()
+	e.prefilledLocked(tokens, hashes, cached, transferred)
 	e.mu.Unlock()
 	e.metrics.prefilled(computed, cached, transferred)
 
@@ -125,6 +128,21 @@ func (e *engine) run(ctx context.Context, info RequestInfo, tokens []int, emit f
 		}
 	}
 	return e.end(rec, nil)
+}
+
+// prefilledLocked records the end of a prefill: the prompt's KV is now
+// here, computed or transferred, so its blocks enter the prefix cache (and
+// the KV events), and its tokens are counted. The caller then counts them
+// in the metrics too.
+func (e *engine) prefilledLocked(tokens []int, hashes []uint64, cached, transferred int) {
+	inserted, evicted := e.cache.insert(hashes)
+	if e.pub != nil {
+		e.pub.publish(cacheEvents(tokens, hashes, inserted, evicted, e.cfg.BlockSize))
+	}
+	e.stats.PromptTokens += len(tokens)
+	e.stats.CachedTokens += cached
+	e.stats.TransferredTokens += transferred
+	e.stats.CachedBlocks = e.cache.len()
 }
 
 // acquire records rec's arrival and blocks until it holds a running slot. On

@@ -136,6 +136,9 @@ type Stats struct {
 	// PrefillServed counts finished RemoteDecode requests: prefills this
 	// worker ran for a remote decode.
 	PrefillServed int
+	// Steps counts the steps the shared batch ran (Config.Batch); it
+	// stays 0 without one.
+	Steps int
 }
 
 // recordLog keeps the newest records, at most max of them, in arrival

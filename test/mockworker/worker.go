@@ -137,8 +137,9 @@ func (w *Worker) URL() string {
 
 // Close cancels every in-flight request, stops the server Listen started,
 // closes the decode sidecar's connections, and returns once every request
-// handler and server goroutine the worker owns has returned (waiting at
-// most a few seconds for a client that stops reading). Later requests get
+// handler and server goroutine the worker owns, and the shared batch's
+// step loop, has returned (waiting at most a few seconds for a client that
+// stops reading, and one step for the step loop). Later requests get
 // 503. Close is idempotent.
 func (w *Worker) Close() error {
 	w.mu.Lock()
@@ -166,6 +167,8 @@ func (w *Worker) Close() error {
 		w.serving.Wait()
 	}
 	w.inflight.Wait()
+	// The shared batch's step loop, if any, returns after its last step.
+	w.engine.wait()
 	w.client.CloseIdleConnections() // No prefill call is left to make.
 	if w.engine.pub != nil {
 		w.engine.pub.close()

@@ -2,6 +2,8 @@
 // an OpenAI-compatible HTTP API until it gets SIGINT or SIGTERM:
 //
 //	go run ./test/mockworker/cmd/mockworker --addr 127.0.0.1:8000 --speed 10
+//	go run ./test/mockworker/cmd/mockworker --addr 127.0.0.1:8001 --batch \
+//		--max-num-batched-tokens 2048 --step-overhead 5ms --step-tokens-per-sec 40000
 //
 // Every field of mockworker.Config has a flag, except the Hold hook and the
 // Dial function, which only tests can set. Run it with -h for the list.

@@ -28,6 +28,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		kv       mockworker.KVEventsConfig
 		kvShape  string
 		dpRank   int
+		batched  bool
+		batch    mockworker.BatchConfig
 	)
 	fs.StringVar(&addr, "addr", "127.0.0.1:8000", "TCP address to listen on")
 	fs.StringVar(&cfg.ID, "id", mockworker.DefaultID, "worker id, used in logs and generated request ids")
@@ -52,6 +54,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.IntVar(&dpRank, "dp-rank", -1, "data-parallel rank: sent in every batch, and offsets the KV-event ports by it (-1: none)")
 	fs.StringVar((*string)(&cfg.Role), "role", string(mockworker.RoleBoth), "prefill/decode role: both, prefill or decode (prefill ignores x-prefiller-host-port)")
 	fs.DurationVar(&cfg.PrefillTimeout, "prefill-timeout", mockworker.DefaultPrefillTimeout, "bound on the decode sidecar's call to a prefill worker")
+	fs.BoolVar(&batched, "batch", false, "run the engine in steps of one shared batch, as vLLM does, instead of timing each sequence on its own")
+	fs.IntVar(&batch.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "with --batch: tokens one step carries at most (0: 2048, or --max-num-seqs if larger)")
+	fs.DurationVar(&batch.StepOverhead, "step-overhead", 0, "with --batch: fixed duration of a step at speed 1 (0: one token at --decode-tokens-per-sec)")
+	fs.Float64Var(&batch.TokensPerSec, "step-tokens-per-sec", 0, "with --batch: rate at which a step's tokens add to its duration at speed 1 (0: --prefill-tokens-per-sec)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -60,6 +66,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if batched {
+		cfg.Batch = &batch
+	} else if batch != (mockworker.BatchConfig{}) {
+		return errors.New("--max-num-batched-tokens, --step-overhead and --step-tokens-per-sec need --batch")
 	}
 	if kv.Endpoint != "" {
 		switch kvShape {

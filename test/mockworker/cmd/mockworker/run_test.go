@@ -88,6 +88,9 @@ func TestRun_RejectsBadArguments(t *testing.T) {
 		{name: "negative value", args: []string{"--max-num-seqs", "-1"}, want: "max num seqs must not be negative, got -1"},
 		{name: "unknown role", args: []string{"--role", "encode"}, want: `role must be both, prefill or decode, got "encode"`},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: `invalid value "loud" for flag -log-level`},
+		{name: "batch budget below max num seqs", args: []string{"--batch", "--max-num-batched-tokens", "4", "--max-num-seqs", "8"},
+			want: "max num batched tokens 4 is less than max num seqs 8"},
+		{name: "step flag without batch", args: []string{"--step-overhead", "5ms"}, want: "need --batch"},
 		{name: "positional argument", args: []string{"extra"}, want: `unexpected arguments ["extra"]`},
 		{name: "unusable address", args: []string{"--addr", "127.0.0.1:-1"}, want: "mockworker: listen tcp"},
 	}
@@ -109,7 +112,7 @@ func TestRun_HelpIsNotAFailure(t *testing.T) {
 	}
 	for _, f := range []string{"-addr", "-id", "-model", "-max-num-seqs", "-prefill-tokens-per-sec", "-decode-tokens-per-sec",
 		"-block-size", "-cache-blocks", "-speed", "-default-max-tokens", "-max-model-len", "-max-records", "-max-body-bytes", "-log-level",
-		"-role", "-prefill-timeout"} {
+		"-role", "-prefill-timeout", "-batch", "-max-num-batched-tokens", "-step-overhead", "-step-tokens-per-sec"} {
 		if !strings.Contains(stderr.String(), f) {
 			t.Errorf("usage lacks %s:\n%s", f, stderr.String())
 		}
