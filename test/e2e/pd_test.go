@@ -6,7 +6,10 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
+	"github.com/tollgate/tollgate/extproc"
+	"github.com/tollgate/tollgate/extproc/intake"
 	"github.com/tollgate/tollgate/sched"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
@@ -119,4 +122,37 @@ func TestPD_SpreadAndRelease(t *testing.T) {
 		}
 		s.waitIdle() // no prefill tokens, blocks or requests booked anywhere
 	})
+}
+
+// Both halves' bookings are released when a split request is preempted
+// while its prefill runs, and when Envoy answers it itself because its
+// decode worker cannot be reached.
+func TestPD_ReleaseOnPreemptionAndLocalReply(t *testing.T) {
+	t.Run("preempted during its prefill", inBubble(func(t *testing.T) {
+		bulkPrefill := func(r mockworker.RequestInfo) bool { return r.RemoteDecode && r.Header.Get("X-Smg-Priority") == "bulk" }
+		s := newStack(t, options{workers: 3, roles: pdRoles, maxRunning: 1, hold: bulkPrefill, config: func(c *extproc.Config) {
+			c.Sched.Priority = priorityConfig(30 * time.Second)
+			c.Tenancy = &intake.Tenancy{DefaultMaxClass: "system"}
+		}})
+		victim := s.async(context.Background(), completion(longPrompt("e"), "X-Smg-Priority", "bulk"))
+		s.parked(1)
+		expectStatus(t, s.do(chat(longPrompt("f"), "X-Smg-Priority", "interactive")), http.StatusOK, "")
+		res := s.await(victim)
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		expectStatus(t, res.r, http.StatusServiceUnavailable, "scheduler_preempted")
+		s.gate.Open()
+		s.waitIdle()
+	}))
+	t.Run("decode worker unreachable", inBubble(func(t *testing.T) {
+		s := newStack(t, options{workers: 3, roles: pdRoles, deadWorkers: []int{0}})
+		r := s.do(chat(longPrompt("g")))
+		expectStatus(t, r, http.StatusServiceUnavailable, "")
+		if !strings.HasPrefix(string(r.Body), "upstream connect error") {
+			t.Errorf("client got %q, want Envoy's own 503", r.Body)
+		}
+		s.waitStats("split once", func(st sched.Stats) bool { return st.Splits == 1 })
+		s.waitIdle()
+	}))
 }
