@@ -21,13 +21,15 @@ const (
 		`\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
-// fastSplitter is a hand-written matcher for one known pattern. Every
-// position of any text starts a non-empty match, so the matches tile the
-// text.
+// fastSplitter is a hand-written matcher for one known pattern. For the
+// patterns above every position of any text starts a non-empty match, so
+// the matches tile the text; DeepSeek V3's (fastsplit_deepseek.go) leave
+// unmatched text between them.
 type fastSplitter struct {
-	gpt2      bool // GPT-2's pattern
-	o200k     bool // o200k's pattern; otherwise the cl100k family
-	maxDigits int  // cl100k family: \p{N}{1,maxDigits}
+	gpt2      bool  // GPT-2's pattern
+	o200k     bool  // o200k's pattern; otherwise the cl100k family
+	maxDigits int   // cl100k family: \p{N}{1,maxDigits}
+	deepseek  uint8 // dsMatchDigits, dsMatchCJK or dsMatchWord: DeepSeek V3's
 }
 
 // fastSplitterFor returns the matcher of pattern, or nil.
@@ -41,6 +43,12 @@ func fastSplitterFor(pattern string) *fastSplitter {
 		return &fastSplitter{maxDigits: 1}
 	case o200kPattern:
 		return &fastSplitter{o200k: true, maxDigits: 3}
+	case deepseekDigitsPattern:
+		return &fastSplitter{deepseek: dsMatchDigits}
+	case deepseekCJKPattern:
+		return &fastSplitter{deepseek: dsMatchCJK}
+	case deepseekWordPattern:
+		return &fastSplitter{deepseek: dsMatchWord}
 	}
 	return nil
 }
@@ -318,13 +326,34 @@ func whitespace(s string, i int, newlines bool) int {
 	return lastStart
 }
 
-// spans appends the matches of f in s, all marked match (or, with invert,
-// unmatched).
+// spans appends the matches of f in s, marked match (or, with invert,
+// unmatched), and the text between them, marked the other way.
 func (f *fastSplitter) spans(dst []span, s string, invert bool) []span {
+	if f.deepseek == 0 {
+		for i := 0; i < len(s); {
+			j := f.next(s, i)
+			dst = append(dst, span{i, j, !invert})
+			i = j
+		}
+		return dst
+	}
+	t := dsClassTable()
+	gap := 0
 	for i := 0; i < len(s); {
-		j := f.next(s, i)
+		j := f.dsNext(t, s, i)
+		if j == i { // no match starts here
+			_, w := utf8.DecodeRuneInString(s[i:])
+			i += w
+			continue
+		}
+		if gap < i {
+			dst = append(dst, span{gap, i, invert})
+		}
 		dst = append(dst, span{i, j, !invert})
-		i = j
+		i, gap = j, j
+	}
+	if gap < len(s) {
+		dst = append(dst, span{gap, len(s), invert})
 	}
 	return dst
 }

@@ -172,6 +172,9 @@ func newPreTokenizer(raw json.RawMessage) (pt preTokenizer, byteLevel bool, err 
 				seq = append(seq, pt)
 			}
 		}
+		if fused := fuseDeepSeek(seq); fused != nil {
+			return fused, byteLevel, nil
+		}
 		return seq, byteLevel, nil
 	}
 	return nil, false, fmt.Errorf("pre_tokenizer type %q is not supported (supported: ByteLevel, Split, Digits, Metaspace, Sequence)", c.Type)
