@@ -54,6 +54,7 @@ type options struct {
 
 	tokenizer              string
 	modelTokenizers        stringList
+	tokenizerCacheBytes    int64
 	envoyMessageTimeout    time.Duration
 	envoyMaxMessageTimeout time.Duration
 	maxBodyBytes           int

@@ -20,12 +20,22 @@ import (
 func registerTokenizerFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.tokenizer, "tokenizer", "estimate", "prompt tokenizer of models without --model-tokenizer: estimate, tiktoken:<encoding> or hf:<model directory or tokenizer.json>")
 	fs.Var(&o.modelTokenizers, "model-tokenizer", "tokenizer of one model as MODEL=SPEC, SPEC as for --tokenizer (repeatable), e.g. Qwen/Qwen3-8B=hf:/models/qwen3")
+	fs.Int64Var(&o.tokenizerCacheBytes, "tokenizer-cache-bytes", tokenize.DefaultReuseCacheBytes,
+		"memory for the token ids of long prompts (16 KiB or more) of exact tokenizers, so that a prompt extending a seen one (the next turn of a chat) only encodes its new part (0: off)")
 }
 
 // buildTokenizer loads the --tokenizer default and the --model-tokenizer
-// mapping.
+// mapping, with the prefix id cache attached to their exact tokenizers.
 func (o *options) buildTokenizer() (tokenize.Tokenizer, error) {
-	return tokenize.NewFromSpecs(o.tokenizer, o.modelTokenizers)
+	if o.tokenizerCacheBytes < 0 {
+		return nil, fmt.Errorf("--tokenizer-cache-bytes must not be negative, got %d", o.tokenizerCacheBytes)
+	}
+	tok, err := tokenize.NewFromSpecs(o.tokenizer, o.modelTokenizers)
+	if err != nil {
+		return nil, err
+	}
+	tokenize.AttachReuseCache(tok, tokenize.NewReuseCache(o.tokenizerCacheBytes))
+	return tok, nil
 }
 
 // runTokenize reads one OpenAI request body on stdin and prints what

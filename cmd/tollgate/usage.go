@@ -42,7 +42,7 @@ var flagGroups = []flagGroup{
 		"fairness", "fairness-weight", "fairness-max-flows",
 	}},
 	{"Prompt tokens", []string{
-		"tokenizer", "model-tokenizer",
+		"tokenizer", "model-tokenizer", "tokenizer-cache-bytes",
 	}},
 	{"Prefix cache and KV events", []string{
 		"block-size", "router-ttl-secs", "kv-events", "kv-events-bind", "kv-events-port",

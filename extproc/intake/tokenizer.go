@@ -89,6 +89,9 @@ func newPromptTokenizer(tok Tokenizer, reg prometheus.Registerer, log *slog.Logg
 	for _, r := range []string{estimatedRenderBudget, estimatedBusy} {
 		pt.estimated.WithLabelValues(r)
 	}
+	if c := tokenize.ReuseCacheOf(tok); c != nil {
+		reg.MustRegister(reuseCollector{c})
+	}
 	reg.MustRegister(pt.estimated, pt.cancelled,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tollgate_tokenize_heavy_running",
@@ -164,4 +167,37 @@ func (pt *promptTokenizer) fellBack(model string, why error) {
 	default:
 		pt.cancelled.Inc()
 	}
+}
+
+// reuseCollector exports the tokenizer's prefix id cache (--tokenizer-cache-bytes).
+type reuseCollector struct{ c *tokenize.ReuseCache }
+
+var (
+	reuseLookups = prometheus.NewDesc("tollgate_tokenize_cache_lookups_total",
+		"Prompts of 16 KiB or more looked up in the tokenizer's prefix id cache, by result: hit (a seen prefix was not encoded again) or miss.", []string{"result"}, nil)
+	reuseBytes = prometheus.NewDesc("tollgate_tokenize_cache_bytes_total",
+		"Bytes of the prompts looked up in the prefix id cache, by part: looked_up (all of them) or reused (not encoded again).", []string{"part"}, nil)
+	reuseEvictions = prometheus.NewDesc("tollgate_tokenize_cache_evictions_total",
+		"Prompts dropped from the prefix id cache: by its size bound, or because a longer turn of the same chat took over.", nil, nil)
+	reuseHeld = prometheus.NewDesc("tollgate_tokenize_cache_held_bytes",
+		"Bytes the prefix id cache holds (texts, ids and checkpoints).", nil, nil)
+	reuseEntries = prometheus.NewDesc("tollgate_tokenize_cache_entries",
+		"Prompts the prefix id cache holds.", nil, nil)
+)
+
+func (reuseCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{reuseLookups, reuseBytes, reuseEvictions, reuseHeld, reuseEntries} {
+		ch <- d
+	}
+}
+
+func (r reuseCollector) Collect(ch chan<- prometheus.Metric) {
+	st := r.c.Stats()
+	ch <- prometheus.MustNewConstMetric(reuseLookups, prometheus.CounterValue, float64(st.Hits), "hit")
+	ch <- prometheus.MustNewConstMetric(reuseLookups, prometheus.CounterValue, float64(st.Misses), "miss")
+	ch <- prometheus.MustNewConstMetric(reuseBytes, prometheus.CounterValue, float64(st.LookupBytes), "looked_up")
+	ch <- prometheus.MustNewConstMetric(reuseBytes, prometheus.CounterValue, float64(st.ReusedBytes), "reused")
+	ch <- prometheus.MustNewConstMetric(reuseEvictions, prometheus.CounterValue, float64(st.Evictions))
+	ch <- prometheus.MustNewConstMetric(reuseHeld, prometheus.GaugeValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(reuseEntries, prometheus.GaugeValue, float64(st.Entries))
 }

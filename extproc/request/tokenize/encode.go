@@ -3,7 +3,10 @@ package tokenize
 import (
 	"context"
 	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -23,6 +26,8 @@ type BPE struct {
 	prefix     []uint32
 	suffix     []uint32
 	workspaces sync.Pool
+	// reuse is the prefix cache (SetReuseCache), nil when there is none.
+	reuse atomic.Pointer[reuseBinding]
 }
 
 // Encode appends the token ids of text to dst. The model name is ignored:
@@ -41,7 +46,9 @@ func (t *BPE) EncodeContext(ctx context.Context, _, text string, dst []uint32) (
 
 // encode appends the ids of text, with the post-processor's special tokens
 // when special is set. It reads ctx every cancelCheckWork bytes or merges;
-// once ctx is done it returns dst as it was and the context's error.
+// once ctx is done it returns dst as it was and the context's error. With
+// a prefix cache (reuse.go), a text that extends one encoded recently
+// copies the ids of the common part and encodes only the rest.
 func (t *BPE) encode(ctx context.Context, text string, dst []uint32, special bool) ([]uint32, int, error) {
 	if !utf8.ValidString(text) {
 		text = string([]rune(text))
@@ -52,17 +59,39 @@ func (t *BPE) encode(ctx context.Context, text string, dst []uint32, special boo
 	}
 	ws := t.workspaces.Get().(*workspace)
 	ws.ctx, ws.err, ws.work = ctx, nil, 0
-	t.added.split(text,
-		func(seg string, first bool) {
-			if !ws.cancelled(0) {
-				dst = t.encodeSegment(ws, seg, first, dst)
-			}
-		},
-		func(id uint32) { dst = append(dst, id) })
+	var rs *reuseSession
+	if b := t.reuse.Load(); b != nil && len(text) >= b.cache.minBytes {
+		rs = b.begin(text, len(dst))
+	}
+	switch {
+	case rs == nil:
+		dst = t.encodeText(ws, text, 0, 0, dst)
+	case rs.whole != nil:
+		dst = append(dst, rs.whole.ids...)
+	default:
+		body := len(dst)
+		from, segStart := 0, 0
+		if rs.entry != nil {
+			cp := rs.entry.cps[rs.hit]
+			dst = append(dst, rs.entry.ids[:cp.n]...)
+			from, segStart = cp.r, cp.s0
+		}
+		ws.rec = &rs.rec
+		dst = t.encodeText(ws, text, from, segStart, dst)
+		ws.rec = nil
+		if rs.rec.broken && rs.entry != nil && ws.err == nil {
+			// Never expected (see reuse.go); encode the text afresh
+			// rather than trust the resumed ids.
+			dst = t.encodeText(ws, text, 0, 0, dst[:body])
+		}
+	}
 	err := ws.err
 	ws.ctx, ws.err = nil, nil
 	ws.trim()
 	t.workspaces.Put(ws)
+	if rs != nil {
+		rs.finish(dst, err == nil)
+	}
 	if err != nil {
 		return dst[:start], 0, err
 	}
@@ -72,34 +101,121 @@ func (t *BPE) encode(ctx context.Context, text string, dst []uint32, special boo
 	return dst, len(dst) - start, nil
 }
 
-func (t *BPE) encodeSegment(ws *workspace, seg string, first bool, dst []uint32) []uint32 {
+// encodeText appends the ids of s from offset from, where a text segment
+// began at segStart: from == segStart == 0 for the whole text; a resumed
+// encode (reuse.go) starts after an added token, from == segStart, or at a
+// piece boundary inside a segment, segStart < from.
+func (t *BPE) encodeText(ws *workspace, s string, from, segStart int, dst []uint32) []uint32 {
+	t.added.scan(s, from, segStart,
+		func(segStart, from, end int) { dst = t.encodeSegment(ws, s, segStart, from, end, dst) },
+		func(id uint32, end int) {
+			dst = append(dst, id)
+			if ws.rec != nil {
+				ws.rec.token(end, len(dst))
+			}
+		})
+	return dst
+}
+
+// scan is split resumable: it scans s from offset from, where a text
+// segment began at segStart, and reports each run of ordinary text as the
+// offsets of its segment's start, of the part to encode (from for the
+// first, when it lies inside it) and of its end, and each added token with
+// the offset after it (and after the whitespace an rstrip token takes).
+// From the start of s it reports what split does (a test holds the two to
+// each other).
+func (a *addedVocab) scan(s string, from, segStart int, text func(segStart, from, end int), token func(id uint32, end int)) {
+	if a == nil {
+		text(segStart, from, len(s))
+		return
+	}
+	for i := from; i < len(s); i++ {
+		cands := a.byFirst[s[i]]
+		if len(cands) == 0 {
+			continue
+		}
+		for _, tok := range cands {
+			if !strings.HasPrefix(s[i:], tok.content) {
+				continue
+			}
+			start, end := i, i+len(tok.content)
+			if tok.singleWord && (isWordRuneBefore(s, start) || isWordRuneAt(s, end)) {
+				continue
+			}
+			if tok.lstrip {
+				start = segStart + len(strings.TrimRightFunc(s[segStart:start], unicode.IsSpace))
+			}
+			if tok.rstrip {
+				end = len(s) - len(strings.TrimLeftFunc(s[end:], unicode.IsSpace))
+			}
+			if start > segStart {
+				text(segStart, max(from, segStart), start)
+			}
+			token(tok.id, end)
+			segStart = end
+			i = end - 1
+			break
+		}
+	}
+	if segStart < len(s) {
+		text(segStart, max(from, segStart), len(s))
+	}
+}
+
+// encodeSegment appends the ids of the text segment s[segStart:end], or
+// of its part from from (a piece boundary) on: the part is normalized,
+// pre-tokenized into pieces and each piece BPE-encoded on its own.
+func (t *BPE) encodeSegment(ws *workspace, s string, segStart, from, end int, dst []uint32) []uint32 {
+	if ws.cancelled(0) {
+		return dst
+	}
+	rec := ws.rec
+	if rec != nil {
+		if from > end {
+			rec.broken = true // a resume point past the segment's end
+			return dst
+		}
+		rec.segment(segStart, from, len(dst))
+	}
+	seg := s[from:end]
 	if t.normalize != nil {
 		seg = t.normalize(seg)
 	}
-	p := piece{s: seg, first: first}
+	p := piece{s: seg, first: from == 0}
 	var pieces []piece
 	if t.pre == nil {
 		pieces = t.model.splitWords(ws.pieces[:0], p)
 	} else {
 		pieces = t.pre.split(ws, ws.pieces[:0], p)
 	}
+	pos := from // the raw text offset of the next piece, when rec.pieces
 	for _, q := range pieces {
 		if ws.cancelled(len(q.s)) {
 			break
 		}
 		if t.pre == nil || q.bytes || !t.model.metaWords {
 			dst = t.model.encodeWord(ws, q, dst)
-			continue
+		} else {
+			// A char-level piece after a pre-tokenizer (Gemma's Split on " "
+			// comes after the normalizer turned spaces into ▁) is still cut
+			// into words where no merge can cross.
+			words := t.model.splitWords(ws.words[:0], q)
+			for _, w := range words {
+				dst = t.model.encodeWord(ws, w, dst)
+			}
+			clear(words)
+			ws.words = words[:0]
 		}
-		// A char-level piece after a pre-tokenizer (Gemma's Split on " "
-		// comes after the normalizer turned spaces into ▁) is still cut
-		// into words where no merge can cross.
-		words := t.model.splitWords(ws.words[:0], q)
-		for _, w := range words {
-			dst = t.model.encodeWord(ws, w, dst)
+		if rec != nil && rec.pieces {
+			// Pieces tile the segment (reuse.go checks the pre-tokenizer
+			// before it sets rec.pieces); a piece elsewhere is a bug.
+			if next := pos + len(q.s); next > end || s[pos:next] != q.s {
+				rec.broken = true
+			} else {
+				pos = next
+				rec.piece(pos, segStart, len(dst), pos < end)
+			}
 		}
-		clear(words)
-		ws.words = words[:0]
 	}
 	clear(pieces) // drop string references held by the pooled buffer
 	ws.pieces = pieces[:0]
@@ -117,6 +233,9 @@ type workspace struct {
 	ctx  context.Context
 	err  error
 	work int
+	// rec records the resume points of a text the prefix cache will
+	// keep (reuse.go); nil otherwise.
+	rec *recorder
 
 	syms   []symbol
 	heap   []uint64
