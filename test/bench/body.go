@@ -23,7 +23,19 @@ made live where after back little only round man year came show every good me gi
 // with the same text for its first half, as prompts sharing a system
 // preamble do, and differs after it; the result is deterministic.
 func CompletionBodies(n, size int) ([][]byte, error) {
-	const head, tail = `{"model":"` + BenchModel + `","max_tokens":1,"prompt":"`, `"}`
+	return completionBodies(n, size, false)
+}
+
+// StreamCompletionBodies is CompletionBodies with "stream": true.
+func StreamCompletionBodies(n, size int) ([][]byte, error) {
+	return completionBodies(n, size, true)
+}
+
+func completionBodies(n, size int, stream bool) ([][]byte, error) {
+	head, tail := `{"model":"`+BenchModel+`","max_tokens":1,"prompt":"`, `"}`
+	if stream {
+		head = `{"model":"` + BenchModel + `","max_tokens":1,"stream":true,"prompt":"`
+	}
 	room := size - len(head) - len(tail)
 	if room < 64 || n <= 0 {
 		return nil, fmt.Errorf("bench: cannot make %d bodies of %d bytes", n, size)

@@ -7,13 +7,24 @@
 //     Envoy requests (Client, a pool of test/envoysim connections sending
 //     2 KiB completion bodies from CompletionBodies) against an ext_proc
 //     server in another process, with throughput and latency percentiles;
+//   - streamed responses: with ResponseChunks, the load's completions ask
+//     the upstream for a server-sent event stream of that many token
+//     events, each its own response body chunk (or, with OneWrite, the
+//     same events written at once), and LoadResult.MsgsSent counts the
+//     ext_proc messages, for the CPU per chunk;
+//   - the long-context driver (RunLong): long chat conversations
+//     (LongChat: a system prompt of their own, one earlier exchange, a new
+//     last turn per pass) sent one at a time to several ext_proc servers
+//     in turn, a pass over new conversations then a pass over the same
+//     ones, with the decision latency of every request;
 //   - the held-request driver (RunHold): parks the worker's running slots,
 //     queues N requests behind them in tollgate, measures the server's
 //     resident memory per held request, then releases them and times the
 //     drain;
 //   - the upstream model server both ext_proc servers route to (Upstream):
-//     one fixed one-token completion per request, answered at once, with a
-//     gate that parks the next N requests on demand;
+//     one fixed one-token completion per request, answered at once (or a
+//     paced event stream when the request asks for one), with a gate that
+//     parks the next N requests on demand;
 //   - what the run reads from the servers: /proc figures of a process
 //     (ProcRSS, ProcCPU) and the Prometheus text format (ParsePromText);
 //   - the report (Report), one Markdown table with a section per phase.
@@ -30,7 +41,8 @@
 //
 // # Concurrency
 //
-// Upstream is safe for concurrent use. RunLoad and RunHold start their own
-// goroutines and wait for all of them before returning. The parsing and
+// Upstream and LongChat are safe for concurrent use. RunLoad and RunHold
+// start their own goroutines and wait for all of them before returning;
+// RunLong sends from the calling goroutine. The parsing and
 // report functions are pure.
 package bench

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -65,6 +66,7 @@ const (
 type Client struct {
 	sims   []*envoysim.Sim
 	bodies [][]byte
+	header http.Header // added to every request's headers
 	mu     sync.Mutex
 	next   int
 }
@@ -73,18 +75,54 @@ type Client struct {
 // server at addr, with bodies of bodyBytes bytes. messageTimeout is the
 // filter's message_timeout; 0 means the shipped configurations' 1 s.
 func NewClient(addr string, m Mode, conns, bodyBytes int, messageTimeout time.Duration) (*Client, error) {
-	bodies, err := CompletionBodies(1024, bodyBytes)
+	return NewClientWith(ClientOptions{Addr: addr, Mode: m, Conns: conns, BodyBytes: bodyBytes, MessageTimeout: messageTimeout})
+}
+
+// ClientOptions configure NewClientWith.
+type ClientOptions struct {
+	// Addr is the ext_proc server, "IP:port".
+	Addr string
+	// Mode is the processing mode.
+	Mode Mode
+	// Conns is the number of simulated Envoys (gRPC connections); 0 means 1.
+	Conns int
+	// BodyBytes is the size of the completion bodies; 0 means 2048.
+	BodyBytes int
+	// MessageTimeout is the filter's message_timeout; 0 means 1 s.
+	MessageTimeout time.Duration
+	// ResponseChunks, when positive, asks the upstream for a streamed
+	// answer of that many token events (bodies with "stream": true), each
+	// after ChunkGap; OneWrite asks for the same pauses with every event
+	// written at once after the last (see Upstream).
+	ResponseChunks int
+	ChunkGap       time.Duration
+	OneWrite       bool
+	// Shipped sets the rest of the shipped filter configuration
+	// (envoy/envoy.yaml, envoy/envoy-full-duplex.yaml):
+	// send_body_without_waiting_for_header_response and the source.address
+	// request attribute.
+	Shipped bool
+}
+
+// NewClientWith connects the simulated Envoys o describes.
+func NewClientWith(o ClientOptions) (*Client, error) {
+	size := orDefault(o.BodyBytes, 2048)
+	bodies, err := CompletionBodies(1024, size)
+	if o.ResponseChunks > 0 {
+		bodies, err = StreamCompletionBodies(1024, size)
+	}
 	if err != nil {
 		return nil, err
 	}
 	c := &Client{bodies: bodies}
-	for range max(conns, 1) {
-		s, err := envoysim.New(envoysim.Config{
-			ExtProcAddr:       addr,
-			Mode:              m.ProcessingMode(),
-			MessageTimeout:    orDefault(messageTimeout, envoyMessageTimeout),
-			MaxMessageTimeout: envoyMaxMessageTimeout,
-		})
+	if o.ResponseChunks > 0 {
+		c.header = http.Header{ChunksHeader: {strconv.Itoa(o.ResponseChunks)}, ChunkGapHeader: {o.ChunkGap.String()}}
+		if o.OneWrite {
+			c.header.Set(OneWriteHeader, "true")
+		}
+	}
+	for range max(o.Conns, 1) {
+		s, err := envoysim.New(simConfig(o.Addr, o.Mode, o.MessageTimeout, o.Shipped, 0))
 		if err != nil {
 			_ = c.Close()
 			return nil, err
@@ -92,6 +130,26 @@ func NewClient(addr string, m Mode, conns, bodyBytes int, messageTimeout time.Du
 		c.sims = append(c.sims, s)
 	}
 	return c, nil
+}
+
+// simConfig is a simulated Envoy in mode m in front of the ext_proc
+// server at addr. shipped adds the shipped filter's other settings;
+// chunkBytes splits STREAMED and FULL_DUPLEX_STREAMED request bodies (0:
+// one chunk).
+func simConfig(addr string, m Mode, messageTimeout time.Duration, shipped bool, chunkBytes int) envoysim.Config {
+	cfg := envoysim.Config{
+		ExtProcAddr:       addr,
+		Mode:              m.ProcessingMode(),
+		MessageTimeout:    orDefault(messageTimeout, envoyMessageTimeout),
+		MaxMessageTimeout: envoyMaxMessageTimeout,
+		RequestChunkSize:  chunkBytes,
+	}
+	if shipped {
+		cfg.SendBodyWithoutWaitingForHeaderResponse = true
+		cfg.RequestAttributes = []string{"source.address"}
+		cfg.StatusOnError = http.StatusServiceUnavailable
+	}
+	return cfg
 }
 
 // Close closes every simulated Envoy.
@@ -109,6 +167,8 @@ func (c *Client) Stats() envoysim.Stats {
 	for _, s := range c.sims {
 		st := s.Stats()
 		t.StreamsStarted += st.StreamsStarted
+		t.StreamMsgsSent += st.StreamMsgsSent
+		t.StreamMsgsReceived += st.StreamMsgsReceived
 		t.MessageTimeouts += st.MessageTimeouts
 		t.OverrideMessageTimeoutReceived += st.OverrideMessageTimeoutReceived
 		t.OverrideMessageTimeoutIgnored += st.OverrideMessageTimeoutIgnored
@@ -126,15 +186,17 @@ func (c *Client) Do(ctx context.Context) (*envoysim.Response, error) {
 	c.next++
 	c.mu.Unlock()
 	body := c.bodies[i%len(c.bodies)]
+	h := http.Header{
+		"Content-Type":   {"application/json"},
+		"Content-Length": {strconv.Itoa(len(body))},
+	}
+	maps.Copy(h, c.header)
 	return c.sims[i%len(c.sims)].Do(ctx, envoysim.Request{
 		Method: http.MethodPost,
 		Path:   "/v1/completions",
 		Host:   "gateway.bench",
-		Header: http.Header{
-			"Content-Type":   {"application/json"},
-			"Content-Length": {strconv.Itoa(len(body))},
-		},
-		Body: body,
+		Header: h,
+		Body:   body,
 	})
 }
 
@@ -165,6 +227,13 @@ type LoadConfig struct {
 	Warmup time.Duration
 	// Duration is the measured window.
 	Duration time.Duration
+	// ResponseChunks, ChunkGap and OneWrite, when ResponseChunks is
+	// positive, ask for streamed answers (see ClientOptions); Shipped sets
+	// the shipped filter's other settings.
+	ResponseChunks int
+	ChunkGap       time.Duration
+	OneWrite       bool
+	Shipped        bool
 }
 
 // LoadResult is one measured window. Latencies are of requests completed in
@@ -182,6 +251,10 @@ type LoadResult struct {
 	FirstError string  `json:"first_error,omitempty"`
 	Seconds    float64 `json:"seconds"`
 	RPS        float64 `json:"rps"`
+	// MsgsSent counts the ext_proc messages the simulated Envoys sent
+	// over the whole run, warm-up included (Envoy's stream_msgs_sent):
+	// with CPU time over the same span, the cost per message.
+	MsgsSent uint64 `json:"msgs_sent"`
 
 	TotalP50    time.Duration `json:"total_p50_ns"`
 	TotalP99    time.Duration `json:"total_p99_ns"`
@@ -195,7 +268,8 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadResult, error) {
 	if cfg.Concurrency <= 0 || cfg.Duration <= 0 || cfg.Warmup < 0 {
 		return nil, fmt.Errorf("bench: load needs a positive concurrency and duration, got %d and %v", cfg.Concurrency, cfg.Duration)
 	}
-	c, err := NewClient(cfg.ExtProcAddr, cfg.Mode, cfg.Conns, orDefault(cfg.BodyBytes, 2048), 0)
+	c, err := NewClientWith(ClientOptions{Addr: cfg.ExtProcAddr, Mode: cfg.Mode, Conns: cfg.Conns, BodyBytes: cfg.BodyBytes,
+		ResponseChunks: cfg.ResponseChunks, ChunkGap: cfg.ChunkGap, OneWrite: cfg.OneWrite, Shipped: cfg.Shipped})
 	if err != nil {
 		return nil, err
 	}
@@ -264,6 +338,7 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadResult, error) {
 		TotalP99:    Percentile(total, 99),
 		DecisionP50: Percentile(decision, 50),
 		DecisionP99: Percentile(decision, 99),
+		MsgsSent:    c.Stats().StreamMsgsSent,
 	}
 	if firstErr != nil {
 		r.FirstError = firstErr.Error()

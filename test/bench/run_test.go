@@ -133,3 +133,56 @@ func TestRunHold(t *testing.T) {
 		t.Errorf("hold with an unknown queue metric: %v, want an error naming it", err)
 	}
 }
+
+func TestRunLong(t *testing.T) {
+	ext, _ := startExtProc(t, startUpstream(t), 0, "")
+	servers := []LongServer{{Name: "a", Addr: ext}, {Name: "b", Addr: ext}}
+	for _, m := range []Mode{ModeBuffered, ModeDuplex} {
+		r, err := RunLong(context.Background(), LongConfig{Servers: servers, Mode: m, ChunkBytes: 4096, Model: BenchModel,
+			ContextBytes: 20000, Requests: 3, Warmup: 1, Seed: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Mode != m || r.Requests != 3 || r.BodyBytes < 20000 || len(r.Passes) != 2 {
+			t.Fatalf("%s: result %+v", m, r)
+		}
+		for _, pass := range []string{PassUnseen, PassSeen} {
+			for _, srv := range []string{"a", "b"} {
+				s, ok := r.Find(pass, srv)
+				if !ok {
+					t.Fatalf("%s: no %s/%s", m, pass, srv)
+				}
+				if s.Requests != 3 || s.Errors != 0 || len(s.Decisions) != 3 || s.DecisionP50 <= 0 || s.DecisionP99 < s.DecisionP50 {
+					t.Errorf("%s %s %s: %+v", m, pass, srv, s)
+				}
+			}
+			if d := r.PairedDiffs(pass, "a", "b"); len(d) != 3 {
+				t.Errorf("%s %s: %d paired differences, want 3", m, pass, len(d))
+			}
+		}
+	}
+	if _, err := RunLong(context.Background(), LongConfig{Mode: ModeBuffered, Requests: 1}); err == nil {
+		t.Error("a run without servers was accepted")
+	}
+}
+
+func TestRunLoadStreamedResponses(t *testing.T) {
+	ext, _ := startExtProc(t, startUpstream(t), 0, "")
+	var msgs [2]float64
+	for i, oneWrite := range []bool{false, true} {
+		r, err := RunLoad(context.Background(), LoadConfig{ExtProcAddr: ext, Mode: ModeBuffered, Concurrency: 2,
+			Duration: time.Second, ResponseChunks: 8, ChunkGap: 2 * time.Millisecond, OneWrite: oneWrite, Shipped: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Requests == 0 || r.Errors != 0 || r.Completed == 0 {
+			t.Fatalf("one write %v: %d requests, %d errors (%s)", oneWrite, r.Requests, r.Errors, r.FirstError)
+		}
+		msgs[i] = float64(r.MsgsSent) / float64(r.Completed)
+	}
+	// Headers, body, response headers, the body chunks and the end:
+	// streamed, at least a chunk per event; written at once, few.
+	if msgs[0] < 12 || msgs[1] > 7 {
+		t.Errorf("messages per request: streamed %.1f, one write %.1f", msgs[0], msgs[1])
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Upstream is the model server of the end-to-end benchmarks, as cheap as an
@@ -15,6 +16,16 @@ import (
 // request body and answers every POST at once with one fixed one-token
 // completion whose usage reports a prompt of body length / 4 tokens. GET
 // requests get a one-model list.
+//
+// A request with the header X-Bench-Chunks: N (N >= 1) gets a server-sent
+// event stream instead, as a "stream": true completion does: N token
+// events, each written and flushed after a pause of X-Bench-Chunk-Gap (a
+// Go duration, default none), then one event with the usage and
+// "data: [DONE]". With a gap the events reach the client one by one, so
+// that each is one response body chunk at the proxy. X-Bench-One-Write:
+// true keeps the same pauses but writes every event at once after the
+// last: the same bytes at the same pace, in as few chunks as the proxy
+// reads them.
 //
 // For the held-request benchmark it has a gate, driven over HTTP:
 // POST /bench/hold?n=N parks the next N requests (after reading their
@@ -129,10 +140,75 @@ func (u *Upstream) complete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prompt := max(n/4, 1)
+	if h := r.Header.Get(ChunksHeader); h != "" {
+		u.stream(w, r, h, prompt)
+		return
+	}
 	body := fmt.Sprintf(`{"id":"cmpl-bench","object":"text_completion","created":0,"model":"%s",`+
 		`"choices":[{"index":0,"text":" the","logprobs":null,"finish_reason":"length"}],`+
 		`"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d}}`, BenchModel, prompt, prompt+1)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	_, _ = io.WriteString(w, body)
+}
+
+// The headers that ask Upstream for a streamed answer.
+const (
+	ChunksHeader   = "X-Bench-Chunks"
+	ChunkGapHeader = "X-Bench-Chunk-Gap"
+	OneWriteHeader = "X-Bench-One-Write"
+)
+
+// Events of a streamed answer.
+const (
+	tokenEvent = `data: {"id":"cmpl-bench","object":"text_completion","created":0,"model":"` + BenchModel +
+		`","choices":[{"index":0,"text":" the","logprobs":null,"finish_reason":null}]}` + "\n\n"
+	usageEvent = `data: {"id":"cmpl-bench","object":"text_completion","created":0,"model":"` + BenchModel +
+		`","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}` + "\n\ndata: [DONE]\n\n"
+)
+
+// stream answers one completion as a server-sent event stream of the
+// number of token events in chunks.
+func (u *Upstream) stream(w http.ResponseWriter, r *http.Request, chunks string, prompt int64) {
+	n, err := strconv.Atoi(chunks)
+	if err != nil || n < 1 {
+		http.Error(w, ChunksHeader+" must be a positive integer", http.StatusBadRequest)
+		return
+	}
+	var gap time.Duration
+	if g := r.Header.Get(ChunkGapHeader); g != "" {
+		if gap, err = time.ParseDuration(g); err != nil || gap < 0 {
+			http.Error(w, ChunkGapHeader+" must be a non-negative duration", http.StatusBadRequest)
+			return
+		}
+	}
+	oneWrite := r.Header.Get(OneWriteHeader) == "true"
+	flush := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	_ = flush.Flush()
+	var all []byte
+	for range n {
+		if gap > 0 {
+			t := time.NewTimer(gap)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
+		if oneWrite {
+			all = append(all, tokenEvent...)
+			continue
+		}
+		if _, err := io.WriteString(w, tokenEvent); err != nil {
+			return
+		}
+		if err := flush.Flush(); err != nil {
+			return
+		}
+	}
+	all = fmt.Appendf(all, usageEvent, prompt, n, prompt+int64(n))
+	_, _ = w.Write(all)
 }

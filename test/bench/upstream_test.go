@@ -103,3 +103,55 @@ func TestUpstreamHoldAndRelease(t *testing.T) {
 		t.Errorf("hold with n=-1: %d, want 400", resp.StatusCode)
 	}
 }
+
+func TestUpstreamStreams(t *testing.T) {
+	srv := httptest.NewServer(NewUpstream())
+	t.Cleanup(srv.Close)
+	get := func(h http.Header) (*http.Response, []string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(strings.Repeat("x", 40)))
+		req.Header = h
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var reads []string
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := resp.Body.Read(buf)
+			if n > 0 {
+				reads = append(reads, string(buf[:n]))
+			}
+			if err != nil {
+				break
+			}
+		}
+		return resp, reads
+	}
+	for _, oneWrite := range []bool{false, true} {
+		h := http.Header{ChunksHeader: {"3"}, ChunkGapHeader: {"20ms"}}
+		if oneWrite {
+			h.Set(OneWriteHeader, "true")
+		}
+		resp, reads := get(h)
+		body := strings.Join(reads, "")
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("one write %v: status %d, type %q", oneWrite, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		if strings.Count(body, `"text":" the"`) != 3 || !strings.HasSuffix(body, "data: [DONE]\n\n") ||
+			!strings.Contains(body, `"usage":{"prompt_tokens":10,"completion_tokens":3,"total_tokens":13}`) {
+			t.Errorf("one write %v: body %q", oneWrite, body)
+		}
+		// Paced events arrive one by one (the usage event may join the
+		// last); written at once, together.
+		if oneWrite && len(reads) != 1 || !oneWrite && len(reads) < 3 {
+			t.Errorf("one write %v: %d reads %q", oneWrite, len(reads), reads)
+		}
+	}
+	for _, h := range []http.Header{{ChunksHeader: {"0"}}, {ChunksHeader: {"2"}, ChunkGapHeader: {"soon"}}} {
+		if resp, _ := get(h); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%v: status %d, want 400", h, resp.StatusCode)
+		}
+	}
+}

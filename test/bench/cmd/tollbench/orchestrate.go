@@ -32,10 +32,22 @@ type options struct {
 	tokBT    string
 	command  string
 	skip     map[string]bool
+
+	// The long-context phase.
+	longTokens   []int
+	longTok      []string
+	longRequests int
+	longWarmup   int
+	longChunk    int
+	// The response-chunk phase.
+	chunks      int
+	chunkGap    time.Duration
+	chunkConc   int
+	chunkRounds int
 }
 
 // phases are the names -skip accepts.
-var phases = []string{"sched", "e2e", "held", "tokenize", "model-tokenize", "engine", "kvevents"}
+var phases = []string{"sched", "e2e", "long-context", "response-chunks", "held", "tokenize", "model-tokenize", "engine", "kvevents"}
 
 // runner is one run: its options, scratch directories, progress clock,
 // the binaries it built and the report it fills.
@@ -57,7 +69,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	var conc, held, skip string
+	var conc, held, skip, only, longTokens, longTok string
 	fs.StringVar(&o.out, "out", "bench-out", "directory of results.md, raw outputs, logs and profiles")
 	fs.BoolVar(&o.profile, "profile", false, "also write CPU and allocation profiles of the server code under load")
 	fs.IntVar(&o.rounds, "rounds", 5, "end-to-end rounds per server, mode and concurrency (medians are reported)")
@@ -70,6 +82,17 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&o.tokBT, "tokenize-benchtime", "200ms", "-benchtime of the tokenizer benchmarks")
 	fs.StringVar(&o.command, "command", "make bench", "the reproduce command printed with the table")
 	fs.StringVar(&skip, "skip", "", "comma-separated phases to skip: "+strings.Join(phases, ", "))
+	fs.StringVar(&only, "only", "", "comma-separated phases to run, skipping the others (same names as -skip)")
+	fs.StringVar(&longTokens, "long-tokens", "25000,100000", "long-context conversation sizes, in tokens")
+	fs.StringVar(&longTok, "long-tokenizers", "estimate,llama3.1,qwen3",
+		"long-context tokenizers: estimate and test/tokref models ("+strings.Join(sortedKeys(hfModels), ", ")+")")
+	fs.IntVar(&o.longRequests, "long-requests", 20, "long-context conversations measured per pass")
+	fs.IntVar(&o.longWarmup, "long-warmup", 2, "long-context warm-up conversations per row")
+	fs.IntVar(&o.longChunk, "long-chunk-bytes", 16384, "FULL_DUPLEX_STREAMED request chunk size of the long-context phase")
+	fs.IntVar(&o.chunks, "chunks", 64, "token events per streamed response in the response-chunk phase")
+	fs.DurationVar(&o.chunkGap, "chunk-gap", time.Millisecond, "the upstream's pause before each token event")
+	fs.IntVar(&o.chunkConc, "chunk-concurrency", 16, "streams in flight in the response-chunk phase")
+	fs.IntVar(&o.chunkRounds, "chunk-rounds", 5, "rounds of the response-chunk phase (medians are reported)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -80,18 +103,43 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if o.held, err = intList(held); err != nil {
 		return fmt.Errorf("-held: %w", err)
 	}
-	o.skip = map[string]bool{}
-	for s := range strings.SplitSeq(skip, ",") {
-		if s = strings.TrimSpace(s); s == "" {
+	if o.longTokens, err = intList(longTokens); err != nil {
+		return fmt.Errorf("-long-tokens: %w", err)
+	}
+	for t := range strings.SplitSeq(longTok, ",") {
+		if t = strings.TrimSpace(t); t == "" {
 			continue
 		}
-		if !slices.Contains(phases, s) {
-			return fmt.Errorf("-skip: unknown phase %q (want %s)", s, strings.Join(phases, ", "))
+		if _, ok := hfModels[t]; !ok && t != estimateTokenizer {
+			return fmt.Errorf("-long-tokenizers: unknown tokenizer %q (want %s or one of %s)", t, estimateTokenizer, strings.Join(sortedKeys(hfModels), ", "))
 		}
-		o.skip[s] = true
+		o.longTok = append(o.longTok, t)
+	}
+	skipped, err := phaseSet("-skip", skip)
+	if err != nil {
+		return err
+	}
+	o.skip = skipped
+	if only != "" {
+		if skip != "" {
+			return errors.New("-skip and -only exclude each other")
+		}
+		run, err := phaseSet("-only", only)
+		if err != nil {
+			return err
+		}
+		for _, p := range append(slices.Clone(phases), "profile") {
+			o.skip[p] = !run[p]
+		}
 	}
 	if o.rounds <= 0 || o.duration <= 0 || o.running <= 0 {
 		return errors.New("-rounds, -duration and -running must be positive")
+	}
+	if len(o.longTok) == 0 || o.longRequests <= 0 || o.longWarmup < 0 || o.longChunk < 0 {
+		return errors.New("-long-tokenizers and -long-requests must not be empty or zero, -long-warmup and -long-chunk-bytes not negative")
+	}
+	if o.chunks < 2 || o.chunkGap < 0 || o.chunkConc <= 0 || o.chunkRounds <= 0 {
+		return errors.New("-chunks must be at least 2, -chunk-concurrency and -chunk-rounds positive, -chunk-gap not negative")
 	}
 	if _, err := os.Stat("go.mod"); err != nil {
 		return errors.New("run from the repository root (no go.mod here)")
@@ -104,6 +152,8 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer os.RemoveAll(r.tmp)
 	r.phase(ctx, "sched", r.schedPhase)
 	r.phase(ctx, "e2e", r.e2ePhase)
+	r.phase(ctx, "long-context", r.longContextPhase)
+	r.phase(ctx, "response-chunks", r.responseChunksPhase)
 	r.phase(ctx, "held", r.heldPhase)
 	r.phase(ctx, "tokenize", r.tokenizePhase)
 	r.phase(ctx, "model-tokenize", r.modelTokenizePhase)
@@ -133,6 +183,21 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		err = fmt.Errorf("%d phase failures (listed under the table)", len(r.failures))
 	}
 	return err
+}
+
+// phaseSet parses a comma-separated list of phase names.
+func phaseSet(flagName, list string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for s := range strings.SplitSeq(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !slices.Contains(phases, s) && (flagName != "-only" || s != "profile") {
+			return nil, fmt.Errorf("%s: unknown phase %q (want %s)", flagName, s, strings.Join(phases, ", "))
+		}
+		out[s] = true
+	}
+	return out, nil
 }
 
 // setup creates the directories and the report header.
@@ -216,9 +281,11 @@ func (r *runner) build(ctx context.Context, pkg string) (string, error) {
 	return p, nil
 }
 
-// goBench runs `go test -bench` in pkg and saves its output under out.
-func (r *runner) goBench(ctx context.Context, name, pkg, regex, benchtime string) (*bench.GoBenchRun, error) {
-	args := []string{"test", "-run", "^$", "-bench", regex, "-benchmem", "-benchtime", benchtime, "-count", "1", "-timeout", "5m", pkg}
+// goBench runs `go test -bench` in pkg, with the extra flags, and saves
+// its output under out.
+func (r *runner) goBench(ctx context.Context, name, pkg, regex, benchtime string, extra ...string) (*bench.GoBenchRun, error) {
+	args := []string{"test", "-run", "^$", "-bench", regex, "-benchmem", "-benchtime", benchtime, "-count", "1", "-timeout", "5m"}
+	args = append(append(args, extra...), pkg)
 	r.progress("go %s", strings.Join(args, " "))
 	out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput()
 	path := filepath.Join(r.o.out, name+".txt")

@@ -25,6 +25,7 @@ Usage:
   tollbench worker [flags]  serve the benchmark's upstream
   tollbench load [flags]    one end-to-end load measurement, JSON on stdout
   tollbench hold [flags]    one held-request measurement, JSON on stdout
+  tollbench longctx [flags] one long-context measurement, JSON on stdout
   tollbench serve [flags]   the profiling harness: extproc.Server with /debug/pprof/
 `
 
@@ -43,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runLoad(ctx, args, stdout, stderr)
 	case "hold":
 		return runHold(ctx, args, stdout, stderr)
+	case "longctx":
+		return runLongCtx(ctx, args, stdout, stderr)
 	case "serve":
 		return runServe(ctx, args, stderr)
 	case "help":
@@ -108,6 +111,10 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&cfg.BodyBytes, "body-bytes", 2048, "request body size")
 	fs.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured warm-up")
 	fs.DurationVar(&cfg.Duration, "duration", 3*time.Second, "measured window")
+	fs.IntVar(&cfg.ResponseChunks, "chunks", 0, "ask the upstream for streamed answers of this many token events (0: one JSON answer)")
+	fs.DurationVar(&cfg.ChunkGap, "chunk-gap", 0, "with --chunks, the upstream's pause before each token event")
+	fs.BoolVar(&cfg.OneWrite, "one-write", false, "with --chunks, the same pauses but every event written at once after the last")
+	fs.BoolVar(&cfg.Shipped, "shipped", false, "the shipped filter's other settings (send_body_without_waiting_for_header_response, request attributes)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

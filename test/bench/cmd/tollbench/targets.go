@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/tollgate/tollgate/test/bench"
 )
@@ -67,6 +68,35 @@ func e2eTargetFor(m bench.Mode, c int, measure e2eMeasure) (e2eTarget, bool) {
 	return e2eTarget{}, false
 }
 
+// longGoal bounds tollgate's decision latency above the null server's
+// (p50) for a long chat priced with a real tokenizer and its chat
+// template, FULL_DUPLEX_STREAMED, at one size and pass.
+type longGoal struct {
+	name   string
+	tokens int
+	pass   string
+	bound  time.Duration
+}
+
+// longGoals are the long-context goals; a run reads the worst real
+// tokenizer it measured.
+var longGoals = []longGoal{
+	{"Long context, 100k-token chat, earlier turns seen, real tokenizer + template, FULL_DUPLEX_STREAMED: decision p50 tollgate − null",
+		100000, bench.PassSeen, 5 * time.Millisecond},
+	{"Long context, 100k-token chat, unseen, real tokenizer + template, FULL_DUPLEX_STREAMED: decision p50 tollgate − null",
+		100000, bench.PassUnseen, 15 * time.Millisecond},
+	{"Long context, 25k-token chat, earlier turns seen, real tokenizer + template, FULL_DUPLEX_STREAMED: decision p50 tollgate − null",
+		25000, bench.PassSeen, 2 * time.Millisecond},
+}
+
+// Tokenizer and response-chunk targets.
+const (
+	familyMBsTarget    = 40.0 // MB/s of every model tokenizer on one core
+	chunkCPUTarget     = 5 * time.Microsecond
+	familyTargetName   = "Model tokenizers, every family on one core (-cpu 1): encode MB/s of a 10 KiB completion prompt"
+	chunkCPUTargetName = "Streamed response: server CPU per response body chunk, tollgate − null"
+)
+
 // Held-request and core targets.
 const (
 	heldTargetSize       = 10000    // held requests the held targets are read at
@@ -95,7 +125,12 @@ func newTargets() []bench.Target {
 	for _, t := range e2eTargets {
 		ts = append(ts, bench.Target{Name: t.name, Bound: t.boundText()})
 	}
+	for _, g := range longGoals {
+		ts = append(ts, bench.Target{Name: g.name, Bound: "≤ +" + bench.FormatDuration(g.bound)})
+	}
 	return append(ts,
+		bench.Target{Name: familyTargetName, Bound: fmt.Sprintf("≥ %.0f MB/s each", familyMBsTarget)},
+		bench.Target{Name: chunkCPUTargetName, Bound: "≤ " + bench.FormatDuration(chunkCPUTarget)},
 		bench.Target{Name: heldRSSTargetName, Bound: "≤ " + bench.FormatBytes(heldRSSTarget)},
 		bench.Target{Name: heldGoroutinesTargetName, Bound: fmt.Sprintf("≤ %.0f", heldGoroutinesTarget)},
 		bench.Target{Name: coreAllocsTargetName, Bound: "0"},

@@ -27,7 +27,14 @@ func TestRunDispatch(t *testing.T) {
 		{"run", "-skip", "everything"},
 		{"run", "-concurrency", "1,x"},
 		{"run", "-rounds", "0"},
+		{"run", "-only", "e2e", "-skip", "held"},
+		{"run", "-only", "nothing"},
+		{"run", "-long-tokenizers", "gpt-5"},
+		{"run", "-long-tokens", "0"},
+		{"run", "-chunks", "1"},
 		{"load"},
+		{"longctx"},
+		{"longctx", "--null", "127.0.0.1:1", "--tollgate", "127.0.0.1:2", "--mode", "streamed"},
 		{"hold", "--ext", "127.0.0.1:1"},
 		{"serve"},
 	} {
@@ -241,6 +248,135 @@ func TestActivities(t *testing.T) {
 	}
 }
 
+func TestPhaseSet(t *testing.T) {
+	got, err := phaseSet("-only", "e2e, long-context,profile")
+	if err != nil || len(got) != 3 || !got["long-context"] || !got["profile"] {
+		t.Errorf("phaseSet = %v, %v", got, err)
+	}
+	if _, err := phaseSet("-skip", "profile"); err == nil {
+		t.Error("-skip accepted profile, which -profile controls")
+	}
+}
+
+func TestLongRowsGoals(t *testing.T) {
+	r := &runner{o: options{longRequests: 4}, report: &bench.Report{Targets: newTargets()}}
+	ms := func(v ...float64) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x*float64(time.Millisecond)))
+		}
+		return out
+	}
+	result := func(m bench.Mode, unseenTG, unseenNull, seenTG, seenNull []time.Duration) bench.LongResult {
+		srv := func(name string, d []time.Duration) bench.LongServerResult {
+			s := bench.LongServerResult{Name: name, Requests: len(d), Decisions: d}
+			s.DecisionP50 = bench.Percentile(slices.Clone(d), 50)
+			s.DecisionP99 = bench.Percentile(slices.Clone(d), 99)
+			return s
+		}
+		return bench.LongResult{Mode: m, Requests: 4, BodyBytes: 450000, Passes: []bench.LongPass{
+			{Name: bench.PassUnseen, Servers: []bench.LongServerResult{srv(serverNull, unseenNull), srv(serverTollgate, unseenTG)}},
+			{Name: bench.PassSeen, Servers: []bench.LongServerResult{srv(serverNull, seenNull), srv(serverTollgate, seenTG)}},
+		}}
+	}
+	null := ms(2, 2, 2, 2)
+	toks := []longTokenizer{{name: estimateTokenizer}, {name: "llama3.1", chat: true}, {name: "qwen3", chat: true}}
+	r.longRows(toks, []longRun{
+		// The estimate is no real tokenizer: no goal.
+		{Tokenizer: estimateTokenizer, Tokens: 100000, Counted: 99000,
+			Result: result(bench.ModeDuplex, ms(3, 3, 3, 3), null, ms(3, 3, 3, 3), null)},
+		// BUFFERED reads no goal either.
+		{Tokenizer: "llama3.1", Tokens: 100000, Counted: 100123,
+			Result: result(bench.ModeBuffered, ms(90, 90, 90, 90), null, ms(90, 90, 90, 90), null)},
+		{Tokenizer: "llama3.1", Tokens: 100000, Counted: 100123,
+			Result: result(bench.ModeDuplex, ms(12, 13, 14, 30), null, ms(5, 6, 6, 7), null)},
+		// qwen3 is faster but priced by the estimate: the goal is missed.
+		{Tokenizer: "qwen3", Tokens: 100000, Counted: 100456, Estimated: 2,
+			Result: result(bench.ModeDuplex, ms(4, 4, 4, 4), null, ms(3, 3, 3, 3), null)},
+	})
+	var b strings.Builder
+	if err := r.report.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"100k (100,123 tokens, 439.5 KiB body), hf:llama3.1, FULL_DUPLEX_STREAMED, unseen",
+		"+11.00 ms ; +28.00 ms (per-request median +11.00 ms) — goal ≤ +15.00 ms: met",
+		"+4.00 ms ; +5.00 ms (per-request median +4.00 ms) — goal ≤ +5.00 ms: met",
+		"2 prompts priced by the estimate instead (tollgate_tokenize_estimated_total) — goal ≤ +5.00 ms: missed",
+		"100k (99,000 tokens, 439.5 KiB body), estimate, FULL_DUPLEX_STREAMED, seen",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	got := map[string]bench.Target{}
+	for _, tg := range r.report.Targets {
+		got[tg.Name] = tg
+	}
+	for _, want := range []struct{ name, value, result string }{
+		{longGoals[0].name, "+4.00 ms (worst; hf:llama3.1 +4.00 ms, hf:qwen3 +1.00 ms (priced by the estimate))", "missed"},
+		{longGoals[1].name, "+11.00 ms (worst; hf:llama3.1 +11.00 ms, hf:qwen3 +2.00 ms (priced by the estimate))", "missed"},
+		{longGoals[2].name, "", "not measured"},
+	} {
+		if g := got[want.name]; g.Value != want.value || g.Result() != want.result {
+			t.Errorf("goal %q: %q, %s; want %q, %s", want.name, g.Value, g.Result(), want.value, want.result)
+		}
+	}
+}
+
+func TestChunkRows(t *testing.T) {
+	r := &runner{o: options{chunks: 64, chunkGap: time.Millisecond, chunkConc: 16}, report: &bench.Report{Targets: newTargets()}}
+	run := func(srv string, round int, oneWrite bool, cpu time.Duration, msgs uint64) chunkRun {
+		return chunkRun{Server: srv, Round: round, OneWrite: oneWrite, CPU: cpu,
+			Result: bench.LoadResult{Completed: 100, MsgsSent: msgs, RPS: 150}}
+	}
+	r.chunkRows([]chunkRun{
+		// Per request: 65 more messages cost 650 µs more (10 µs each) in
+		// the null server, 975 µs (15 µs) in tollgate.
+		run(serverNull, 1, false, 100*time.Millisecond, 7000), run(serverNull, 1, true, 35*time.Millisecond, 500),
+		run(serverTollgate, 1, false, 150*time.Millisecond, 7000), run(serverTollgate, 1, true, 52500*time.Microsecond, 500),
+		// A round with errors is left out.
+		{Server: serverTollgate, Round: 2, Result: bench.LoadResult{Completed: 10, MsgsSent: 700, Errors: 1, FirstError: "HTTP 503"}},
+		run(serverTollgate, 2, true, time.Millisecond, 50),
+	})
+	var tgt bench.Target
+	for _, tg := range r.report.Targets {
+		if tg.Name == chunkCPUTargetName {
+			tgt = tg
+		}
+	}
+	if tgt.Value != "+5.00 µs (tollgate 15.0 µs, null 10.0 µs per chunk)" || tgt.Result() != "met" {
+		t.Errorf("target: %q, %s", tgt.Value, tgt.Result())
+	}
+	var b strings.Builder
+	if err := r.report.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "65.0 extra body messages per response") || !strings.Contains(out, "first: HTTP 503") {
+		t.Errorf("table:\n%s", out)
+	}
+}
+
+func TestSmallProcsRowsPointsAtTheRunsOwn(t *testing.T) {
+	r := &runner{o: options{conc: []int{1, 64}}, report: &bench.Report{}}
+	res := func(rps float64) bench.LoadResult {
+		return bench.LoadResult{Concurrency: 64, RPS: rps, TotalP50: time.Millisecond}
+	}
+	r.smallProcsRows([]e2eRun{
+		{Server: serverNull, Round: 1, Result: res(100), CPUPerRequest: 10},
+		{Server: serverTollgate, Round: 1, Result: res(90), CPUPerRequest: 12},
+	}, nil)
+	if len(r.report.Rows) != 1 || r.report.Rows[0].Value != "0.90× ; 1.00× ; 1.20×" {
+		t.Errorf("rows: %+v", r.report.Rows)
+	}
+	r = &runner{o: options{conc: []int{1}}, report: &bench.Report{}}
+	r.smallProcsRows(nil, nil)
+	if len(r.report.Rows) != 1 || !strings.HasPrefix(r.report.Rows[0].Value, "not measured") {
+		t.Errorf("rows without 64 streams: %+v", r.report.Rows)
+	}
+}
+
 func TestIntList(t *testing.T) {
 	if got, err := intList("1, 16,64"); err != nil || len(got) != 3 || got[2] != 64 {
 		t.Errorf("intList = %v, %v", got, err)
@@ -268,4 +404,19 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestSigned(t *testing.T) {
+	if got := signedMs(-4 * time.Microsecond); got != "+0.00 ms" {
+		t.Errorf("signedMs(-4µs) = %q", got)
+	}
+	if got := signedMs(-1500 * time.Microsecond); got != "-1.50 ms" {
+		t.Errorf("signedMs(-1.5ms) = %q", got)
+	}
+	if got := signedNs(-3); got != "+0.00 µs" {
+		t.Errorf("signedNs(-3) = %q", got)
+	}
+	if got := signedNs(2650); got != "+2.65 µs" {
+		t.Errorf("signedNs(2650) = %q", got)
+	}
 }
