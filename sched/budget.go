@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"container/list"
 	"math"
 	"time"
 )
@@ -25,12 +26,12 @@ const DefaultMaxBudgetScopes = 16384
 // of its model rules.
 type scopeKey struct{ tenant, rule string }
 
-// budgetScope is one scope's two buckets, linked in least-recently-used
-// order.
+// budgetScope is one scope's two buckets and its place in the
+// least-recently-used order.
 type budgetScope struct {
 	key              scopeKey
 	tokens, requests bucket
-	prev, next       *budgetScope
+	used             *list.Element
 }
 
 // reservation is what an admitted request took from its scopes.
@@ -41,11 +42,11 @@ type reservation struct {
 
 // budgets is the tenant budgets' state.
 type budgets struct {
-	cfg        *TenantBudgets
-	max        int
-	scopes     map[scopeKey]*budgetScope
-	head, tail *budgetScope // least and most recently used
-	stats      BudgetStats
+	cfg    *TenantBudgets
+	max    int
+	scopes map[scopeKey]*budgetScope
+	lru    list.List // of *budgetScope, least recently used first
+	stats  BudgetStats
 }
 
 // BudgetStats counts the tenant budgets' decisions.
@@ -134,43 +135,20 @@ func (b *budgets) settle(t instant, res reservation, used uint64) {
 // least recently used one beyond the bound), and marks it most recently
 // used.
 func (b *budgets) scope(t instant, key scopeKey, tokensPerMinute, requestsPerMinute uint32) *budgetScope {
-	sc := b.scopes[key]
-	if sc != nil {
-		b.unlink(sc)
-	} else {
-		if len(b.scopes) >= b.max {
-			old := b.head
-			b.unlink(old)
-			delete(b.scopes, old.key)
-			b.stats.Evicted++
-		}
-		tpm, rpm := float64(tokensPerMinute), float64(requestsPerMinute)
-		sc = &budgetScope{key: key, tokens: newBucket(tpm, tpm/60, t), requests: newBucket(rpm, rpm/60, t)}
-		b.scopes[key] = sc
+	if sc := b.scopes[key]; sc != nil {
+		b.lru.MoveToBack(sc.used)
+		return sc
 	}
-	sc.prev, sc.next = b.tail, nil
-	if b.tail != nil {
-		b.tail.next = sc
-	} else {
-		b.head = sc
+	if len(b.scopes) >= b.max {
+		old := b.lru.Remove(b.lru.Front()).(*budgetScope)
+		delete(b.scopes, old.key)
+		b.stats.Evicted++
 	}
-	b.tail = sc
+	tpm, rpm := float64(tokensPerMinute), float64(requestsPerMinute)
+	sc := &budgetScope{key: key, tokens: newBucket(tpm, tpm/60, t), requests: newBucket(rpm, rpm/60, t)}
+	sc.used = b.lru.PushBack(sc)
+	b.scopes[key] = sc
 	return sc
-}
-
-// unlink takes sc out of the recency list.
-func (b *budgets) unlink(sc *budgetScope) {
-	if sc.prev != nil {
-		sc.prev.next = sc.next
-	} else {
-		b.head = sc.next
-	}
-	if sc.next != nil {
-		sc.next.prev = sc.prev
-	} else {
-		b.tail = sc.prev
-	}
-	sc.prev, sc.next = nil, nil
 }
 
 // ceilSeconds rounds d up to whole seconds.
