@@ -1,13 +1,10 @@
 package tokenize
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"runtime"
 	"strings"
@@ -106,6 +103,11 @@ func (c *ChatTemplate) RenderContext(ctx context.Context, messages, tools []byte
 			return "", m.cost, fmt.Errorf("tools: %w", err)
 		}
 	}
+	return c.render(m, conv, toolsVal)
+}
+
+// render renders decoded template input.
+func (c *ChatTemplate) render(m *meter, conv, toolsVal jinja.Value) (string, RenderCost, error) {
 	if err := m.charge(0, 0); err != nil {
 		return "", m.cost, err
 	}
@@ -130,27 +132,33 @@ func (c *ChatTemplate) RenderContext(ctx context.Context, messages, tools []byte
 // conversation decodes the messages array into template input, one
 // message at a time, keeping only what the input holds.
 func (c *ChatTemplate) conversation(messages []byte) (jinja.Value, error) {
-	dec := json.NewDecoder(bytes.NewReader(messages))
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+	d := jsonDecoder{b: messages}
+	d.space()
+	if d.i >= len(d.b) || d.b[d.i] != '[' {
 		return jinja.Undefined(), errors.New("messages: not an array")
 	}
+	d.depth, d.i = 1, d.i+1
 	var conv []jinja.Value
-	for dec.More() {
-		if len(conv)%yieldSteps == yieldSteps-1 {
-			runtime.Gosched() // let the small requests' goroutines run
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == ']' {
+		d.i++
+	} else {
+		for more := true; more; {
+			if len(conv)%yieldSteps == yieldSteps-1 {
+				runtime.Gosched() // let the small requests' goroutines run
+			}
+			m, err := d.message()
+			if err != nil {
+				return jinja.Undefined(), fmt.Errorf("messages: %w", err)
+			}
+			conv = append(conv, c.message(m))
+			if more, err = d.next(']'); err != nil {
+				return jinja.Undefined(), fmt.Errorf("messages: %w", err)
+			}
 		}
-		m, err := decodeMessage(dec)
-		if err != nil {
-			return jinja.Undefined(), err
-		}
-		conv = append(conv, c.message(m))
 	}
-	if _, err := dec.Token(); err != nil {
+	if err := d.end(); err != nil {
 		return jinja.Undefined(), fmt.Errorf("messages: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return jinja.Undefined(), errors.New("messages: trailing data after the JSON value")
 	}
 	return jinja.NewList(conv), nil
 }
@@ -161,23 +169,34 @@ type wireMessage struct {
 	role, content, toolCalls, toolCallID, name jinja.Value
 }
 
-// decodeMessage reads one element of the messages array, decoding the
-// members a message keeps (the last of repeated keys) and skipping the
+// message reads one element of the messages array, decoding the members a
+// message keeps (the last of repeated keys) and checking the syntax of the
 // rest.
-func decodeMessage(dec *json.Decoder) (wireMessage, error) {
+func (d *jsonDecoder) message() (wireMessage, error) {
 	var m wireMessage
-	if tok, err := dec.Token(); err != nil {
-		return m, fmt.Errorf("messages: %w", err)
-	} else if tok != json.Delim('{') {
-		return m, errors.New("messages: an element is not an object")
+	d.space()
+	if d.i >= len(d.b) {
+		return m, d.syntaxError("a value")
 	}
-	for dec.More() {
-		k, err := dec.Token()
+	if d.b[d.i] != '{' {
+		return m, errors.New("an element is not an object")
+	}
+	if err := d.open(); err != nil {
+		return m, err
+	}
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		d.depth--
+		return m, nil
+	}
+	for more := true; more; {
+		k, err := d.key()
 		if err != nil {
-			return m, fmt.Errorf("messages: %w", err)
+			return m, err
 		}
 		var dst *jinja.Value
-		switch k {
+		switch string(k) {
 		case "role":
 			dst = &m.role
 		case "content":
@@ -188,19 +207,18 @@ func decodeMessage(dec *json.Decoder) (wireMessage, error) {
 			dst = &m.toolCallID
 		case "name":
 			dst = &m.name
-		default:
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
-				return m, fmt.Errorf("messages: %w", err)
-			}
-			continue
 		}
-		if *dst, err = decodeNext(dec); err != nil {
-			return m, fmt.Errorf("messages: %w", err)
+		if dst == nil {
+			err = d.skip()
+		} else {
+			*dst, err = d.value()
 		}
-	}
-	if _, err := dec.Token(); err != nil {
-		return m, fmt.Errorf("messages: %w", err)
+		if err != nil {
+			return m, err
+		}
+		if more, err = d.next('}'); err != nil {
+			return m, err
+		}
 	}
 	return m, nil
 }
@@ -271,68 +289,13 @@ func (c *ChatTemplate) message(m wireMessage) jinja.Value {
 // decodeValue decodes JSON into template values, keeping object member
 // order (tojson prints members in the order the client sent them).
 func decodeValue(data []byte) (jinja.Value, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeNext(dec)
+	d := jsonDecoder{b: data}
+	v, err := d.value()
 	if err != nil {
 		return jinja.Undefined(), err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return jinja.Undefined(), errors.New("trailing data after the JSON value")
+	if err := d.end(); err != nil {
+		return jinja.Undefined(), err
 	}
 	return v, nil
-}
-
-func decodeNext(dec *json.Decoder) (jinja.Value, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return jinja.Undefined(), err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '[':
-			var items []jinja.Value
-			for dec.More() {
-				v, err := decodeNext(dec)
-				if err != nil {
-					return jinja.Undefined(), err
-				}
-				items = append(items, v)
-			}
-			_, err := dec.Token()
-			return jinja.NewList(items), err
-		case '{':
-			out := jinja.NewDict()
-			for dec.More() {
-				k, err := dec.Token()
-				if err != nil {
-					return jinja.Undefined(), err
-				}
-				v, err := decodeNext(dec)
-				if err != nil {
-					return jinja.Undefined(), err
-				}
-				out.AsDict().Set(k.(string), v)
-			}
-			_, err := dec.Token()
-			return out, err
-		}
-	case string:
-		return jinja.NewString(t), nil
-	case json.Number:
-		if i, err := t.Int64(); err == nil {
-			return jinja.NewInt(i), nil
-		}
-		f, err := t.Float64()
-		if err != nil {
-			return jinja.Undefined(), err
-		}
-		return jinja.NewFloat(f), nil
-	case bool:
-		return jinja.NewBool(t), nil
-	case nil:
-		return jinja.None(), nil
-	}
-	return jinja.Undefined(), fmt.Errorf("unexpected JSON token %v", tok)
 }
