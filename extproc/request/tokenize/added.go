@@ -2,7 +2,6 @@ package tokenize
 
 import (
 	"slices"
-	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -49,47 +48,6 @@ func newAddedVocab(tokens []hfAddedToken) *addedVocab {
 		slices.SortStableFunc(a.byFirst[i], func(x, y addedToken) int { return len(y.content) - len(x.content) })
 	}
 	return a
-}
-
-// split calls text for each run of ordinary text and token for each added
-// token, in order. first is true for a text run at the start of the input.
-func (a *addedVocab) split(s string, text func(seg string, first bool), token func(id uint32)) {
-	if a == nil {
-		text(s, true)
-		return
-	}
-	segStart := 0
-	for i := 0; i < len(s); i++ {
-		cands := a.byFirst[s[i]]
-		if len(cands) == 0 {
-			continue
-		}
-		for _, t := range cands {
-			if !strings.HasPrefix(s[i:], t.content) {
-				continue
-			}
-			start, end := i, i+len(t.content)
-			if t.singleWord && (isWordRuneBefore(s, start) || isWordRuneAt(s, end)) {
-				continue
-			}
-			if t.lstrip {
-				start = segStart + len(strings.TrimRightFunc(s[segStart:start], unicode.IsSpace))
-			}
-			if t.rstrip {
-				end = len(s) - len(strings.TrimLeftFunc(s[end:], unicode.IsSpace))
-			}
-			if start > segStart {
-				text(s[segStart:start], segStart == 0)
-			}
-			token(t.id)
-			segStart = end
-			i = end - 1
-			break
-		}
-	}
-	if segStart < len(s) {
-		text(s[segStart:], segStart == 0)
-	}
 }
 
 func isWordRune(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) }

@@ -117,13 +117,13 @@ func (t *BPE) encodeText(ws *workspace, s string, from, segStart int, dst []uint
 	return dst
 }
 
-// scan is split resumable: it scans s from offset from, where a text
-// segment began at segStart, and reports each run of ordinary text as the
-// offsets of its segment's start, of the part to encode (from for the
-// first, when it lies inside it) and of its end, and each added token with
-// the offset after it (and after the whitespace an rstrip token takes).
-// From the start of s it reports what split does (a test holds the two to
-// each other).
+// scan splits out added tokens, resumably: it scans s from offset from,
+// where a text segment began at segStart, and reports each run of ordinary
+// text as the offsets of its segment's start, of the part to encode (from
+// for the first, when it lies inside it) and of its end, and each added
+// token with the offset after it (and after the whitespace an rstrip token
+// takes). From the start of s it reports what the plain split of added
+// tokens does (a test holds it to that split, kept as its oracle).
 func (a *addedVocab) scan(s string, from, segStart int, text func(segStart, from, end int), token func(id uint32, end int)) {
 	if a == nil {
 		text(segStart, from, len(s))
