@@ -66,37 +66,19 @@ func (s *Scheduler) splits(e *entry) bool {
 // when there is none.
 func (s *Scheduler) pickPrefill(e *entry, n need, decode *workerState) *rankState {
 	c := e.spec()
-	var (
-		best     *rankState
-		bestCost float64
-		ties     int
-	)
+	var best lowest
 	for _, w := range s.workers {
 		if w == decode || !w.prefillEligible(n) {
 			continue
 		}
 		cached := min(e.cachedOn(w.id), e.isl)
 		for _, r := range w.ranks {
-			if c.Queues() && s.busy(r, c) {
-				continue
-			}
-			switch cost := s.prefillCost(r, e.isl, cached); {
-			case best == nil || cost < bestCost:
-				best, bestCost, ties = r, cost, 1
-			case cost == bestCost:
-				ties++
-				if s.rnd.IntN(ties) == 0 {
-					best = r
-				}
+			if !c.Queues() || !s.busy(r, c) {
+				best.offer(s.rnd, r, s.prefillCost(r, e.isl, cached))
 			}
 		}
 	}
-	return best
-}
-
-// prefillCost is the prefill term of rankCost.
-func (s *Scheduler) prefillCost(r *rankState, isl, cached uint64) float64 {
-	return max(0, float64(r.prefill)+float64(isl)-s.sel.OverlapCredit*float64(cached))
+	return best.r
 }
 
 // prefillGate is the worker gate of a request that will be split: open

@@ -1,6 +1,9 @@
 package sched
 
-import "math"
+import (
+	"math"
+	"math/rand/v2"
+)
 
 // This file holds worker selection after admission (Dynamo's cost function)
 // and Route.
@@ -27,10 +30,36 @@ import "math"
 // rankCost returns the selection cost of isl tokens, cached of them on the
 // rank's worker, on r.
 func (s *Scheduler) rankCost(r *rankState, isl, cached uint64) float64 {
-	bs := float64(s.blockSize)
-	prefill := max(0, (float64(r.prefill)+float64(isl)-s.sel.OverlapCredit*float64(cached))/bs)
+	prefill := s.prefillCost(r, isl, cached) / float64(s.blockSize)
 	decode := float64(r.blocks) + float64(r.eng.seedBlocks) + float64(s.blocksOf(isl))
 	return s.sel.PrefillLoadScale*prefill + decode
+}
+
+// prefillCost is the prefill term of rankCost, in tokens: the rank's
+// booked prefill plus the prompt, less the credit for what its worker has
+// cached. It also chooses a split request's prefill rank (pd.go).
+func (s *Scheduler) prefillCost(r *rankState, isl, cached uint64) float64 {
+	return max(0, float64(r.prefill)+float64(isl)-s.sel.OverlapCredit*float64(cached))
+}
+
+// lowest keeps the lowest-cost rank it is offered, exact ties broken
+// uniformly at random (reservoir sampling).
+type lowest struct {
+	r    *rankState
+	cost float64
+	ties int
+}
+
+func (l *lowest) offer(rnd *rand.Rand, r *rankState, cost float64) {
+	switch {
+	case l.r == nil || cost < l.cost:
+		l.r, l.cost, l.ties = r, cost, 1
+	case cost == l.cost:
+		l.ties++
+		if rnd.IntN(l.ties) == 0 {
+			l.r = r
+		}
+	}
 }
 
 // choose selects the rank for admitted e: its pin, or the best eligible
@@ -46,11 +75,7 @@ func (s *Scheduler) choose(e *entry) *rankState {
 // supplies the prompt and cache hits; nil means an empty prompt (Route).
 // temperature > 0 samples the softmax instead of taking the lowest cost.
 func (s *Scheduler) pick(n need, e *entry, temperature float64) *rankState {
-	var (
-		best     *rankState
-		bestCost float64
-		ties     int
-	)
+	var best lowest
 	s.cands, s.costs = s.cands[:0], s.costs[:0]
 	avoid := s.cfg.Engine.Saturation && s.engineOn() && s.anyUnsaturated(n)
 	for _, w := range s.workers {
@@ -67,24 +92,18 @@ func (s *Scheduler) pick(n need, e *entry, temperature float64) *rankState {
 				continue
 			}
 			c := s.rankCost(r, isl, cached)
-			switch {
-			case temperature > 0:
+			if temperature > 0 {
 				s.cands = append(s.cands, r)
 				s.costs = append(s.costs, c)
-			case best == nil || c < bestCost:
-				best, bestCost, ties = r, c, 1
-			case c == bestCost:
-				ties++
-				if s.rnd.IntN(ties) == 0 {
-					best = r
-				}
+			} else {
+				best.offer(s.rnd, r, c)
 			}
 		}
 	}
 	if temperature > 0 {
 		return s.sample(temperature)
 	}
-	return best
+	return best.r
 }
 
 // sample draws one of s.cands from the softmax over normalized s.costs.
