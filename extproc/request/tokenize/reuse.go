@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"container/list"
 	"encoding/binary"
 	"hash/maphash"
 	"math"
@@ -122,9 +123,9 @@ type ReuseCache struct {
 	seed     maphash.Seed
 	shards   [reuseShards]reuseShard
 
-	// mu guards the LRU list and each entry's live, listed, prev, next.
-	mu         sync.Mutex
-	head, tail *reuseEntry // most and least recently used
+	// mu guards the LRU list and each entry's live and used.
+	mu  sync.Mutex
+	lru list.List // of *reuseEntry, most recently used first
 
 	bytes, entries                                     atomic.Int64
 	lookups, hits, lookupBytes, reusedBytes, evictions atomic.Int64
@@ -171,10 +172,10 @@ type reuseEntry struct {
 	whole uint64   // indexes the whole text
 	size  int64
 
-	// live counts the checkpoint keys that index this entry.
-	live       int
-	listed     bool
-	prev, next *reuseEntry
+	// live counts the checkpoint keys that index this entry; used is its
+	// place in the LRU list, nil when it is not listed.
+	live int
+	used *list.Element
 }
 
 // resumePoint is where encoding can resume: at text offset r, in the text
@@ -486,22 +487,23 @@ func (c *ReuseCache) insert(e *reuseEntry) {
 		take(old)
 	}
 	take(c.set(e.whole, reuseRef{e, wholeRef}))
-	c.pushFront(e)
+	e.used = c.lru.PushFront(e)
 	c.bytes.Add(e.size)
 	c.entries.Add(1)
 	for _, d := range displaced {
-		if d.listed && d.live == 0 {
+		if d.used != nil && d.live == 0 {
 			c.evict(d)
 		}
 	}
-	for c.bytes.Load() > c.maxBytes && c.tail != nil {
-		c.evict(c.tail)
+	for c.bytes.Load() > c.maxBytes && c.lru.Len() > 0 {
+		c.evict(c.lru.Back().Value.(*reuseEntry))
 	}
 }
 
 // evict drops e; c.mu is held.
 func (c *ReuseCache) evict(e *reuseEntry) {
-	c.unlink(e)
+	c.lru.Remove(e.used)
+	e.used = nil
 	c.bytes.Add(-e.size)
 	c.entries.Add(-1)
 	c.evictions.Add(1)
@@ -514,36 +516,10 @@ func (c *ReuseCache) evict(e *reuseEntry) {
 // touch marks e most recently used.
 func (c *ReuseCache) touch(e *reuseEntry) {
 	c.mu.Lock()
-	if e.listed && c.head != e {
-		c.unlink(e)
-		c.pushFront(e)
+	if e.used != nil {
+		c.lru.MoveToFront(e.used)
 	}
 	c.mu.Unlock()
-}
-
-func (c *ReuseCache) pushFront(e *reuseEntry) {
-	e.prev, e.next, e.listed = nil, c.head, true
-	if c.head != nil {
-		c.head.prev = e
-	}
-	c.head = e
-	if c.tail == nil {
-		c.tail = e
-	}
-}
-
-func (c *ReuseCache) unlink(e *reuseEntry) {
-	if e.prev != nil {
-		e.prev.next = e.next
-	} else {
-		c.head = e.next
-	}
-	if e.next != nil {
-		e.next.prev = e.prev
-	} else {
-		c.tail = e.prev
-	}
-	e.prev, e.next, e.listed = nil, nil, false
 }
 
 // recorder finds the checkpoints of a text while it is encoded: it sees
