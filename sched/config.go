@@ -3,6 +3,7 @@ package sched
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -18,11 +19,7 @@ func validateConfig(cfg *Config) error {
 	if cfg.Policy.Root != nil {
 		errs = append(errs, validateProfile("root profile", cfg.Policy.Root))
 	}
-	models := make([]string, 0, len(cfg.Policy.Models))
-	for m := range cfg.Policy.Models {
-		models = append(models, m)
-	}
-	slices.Sort(models)
+	models := slices.Sorted(maps.Keys(cfg.Policy.Models))
 	for _, m := range models {
 		if m == "" {
 			// The empty name's queue is shared by overflow names (queueKey),
@@ -88,11 +85,7 @@ func validateBudgets(b *TenantBudgets) error {
 		}
 	}
 	check("default", &b.Default)
-	keys := make([]string, 0, len(b.Tenants))
-	for k := range b.Tenants {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(b.Tenants))
 	for _, k := range keys {
 		p := b.Tenants[k]
 		check(strconv.Quote(k), &p)
@@ -106,11 +99,7 @@ func validateFairness(f *FairnessConfig) error {
 	if f.MaxFlows < 0 || f.MaxFlows > MaxFlowsLimit {
 		errs = append(errs, fmt.Errorf("sched: fairness max flows %d must be in [0, %d]", f.MaxFlows, MaxFlowsLimit))
 	}
-	keys := make([]string, 0, len(f.Weights))
-	for k := range f.Weights {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(f.Weights))
 	for _, k := range keys {
 		if w := f.Weights[k]; w < 1 || w > MaxFlowWeight {
 			errs = append(errs, fmt.Errorf("sched: fairness weight of %q is %d, must be in [1, %d]", k, w, MaxFlowWeight))
@@ -162,11 +151,7 @@ func validateProfile(where string, p *Profile) error {
 	if _, ok := p.Matrix[p.DefaultFamily]; !ok {
 		errs = append(errs, fmt.Errorf("sched: %s: default family %q has no matrix row", where, p.DefaultFamily))
 	}
-	families := make([]string, 0, len(p.Matrix))
-	for f := range p.Matrix {
-		families = append(families, f)
-	}
-	slices.Sort(families)
+	families := slices.Sorted(maps.Keys(p.Matrix))
 	for _, f := range families {
 		row := p.Matrix[f]
 		if len(row) != len(p.Buckets) {
@@ -178,11 +163,7 @@ func validateProfile(where string, p *Profile) error {
 			}
 		}
 	}
-	names := make([]string, 0, len(p.Explicit))
-	for name := range p.Explicit {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(p.Explicit))
 	for _, name := range names {
 		if i := p.Explicit[name]; i < 0 || i >= n {
 			errs = append(errs, fmt.Errorf("sched: %s: explicit class %q has index %d of %d", where, name, i, n))
