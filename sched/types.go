@@ -61,12 +61,7 @@ const (
 var roleNames = [NumRoles]string{"both", "prefill", "decode"}
 
 // String returns the workers file's spelling.
-func (r Role) String() string {
-	if r < NumRoles {
-		return roleNames[r]
-	}
-	return "role(" + strconv.Itoa(int(r)) + ")"
-}
+func (r Role) String() string { return enumName(roleNames[:], r, "role") }
 
 // Pin names the exact worker, and optionally the DP rank, a request must run on.
 type Pin struct {
@@ -159,12 +154,7 @@ var actionKindNames = [NumActionKinds]string{
 
 // String returns the kind's snake_case name; out of range it returns
 // "action_kind(N)".
-func (k ActionKind) String() string {
-	if k < NumActionKinds {
-		return actionKindNames[k]
-	}
-	return "action_kind(" + strconv.Itoa(int(k)) + ")"
-}
+func (k ActionKind) String() string { return enumName(actionKindNames[:], k, "action_kind") }
 
 // Outcome says why a request left the queue without being dispatched, or
 // names a dispatch.
@@ -225,12 +215,7 @@ var outcomeNames = [NumOutcomes]string{
 
 // String returns the outcome's stable snake_case name; out of range it
 // returns "outcome(N)".
-func (o Outcome) String() string {
-	if o < NumOutcomes {
-		return outcomeNames[o]
-	}
-	return "outcome(" + strconv.Itoa(int(o)) + ")"
-}
+func (o Outcome) String() string { return enumName(outcomeNames[:], o, "outcome") }
 
 // LimitKind names a Dynamo per-worker queue limit.
 type LimitKind uint8
@@ -252,21 +237,11 @@ var (
 
 // String returns the limit_kind value of Dynamo's 529 body; out of range it
 // returns "limit_kind(N)".
-func (k LimitKind) String() string {
-	if k < NumLimitKinds {
-		return limitKindNames[k]
-	}
-	return "limit_kind(" + strconv.Itoa(int(k)) + ")"
-}
+func (k LimitKind) String() string { return enumName(limitKindNames[:], k, "limit_kind") }
 
 // Reason returns the reason label of dynamo_frontend_router_queue_backpressure_total;
 // out of range it returns "limit_kind(N)".
-func (k LimitKind) Reason() string {
-	if k < NumLimitKinds {
-		return limitKindReasons[k]
-	}
-	return "limit_kind(" + strconv.Itoa(int(k)) + ")"
-}
+func (k LimitKind) Reason() string { return enumName(limitKindReasons[:], k, "limit_kind") }
 
 // DeadlineStage names where a flat policy class's deadline was found
 // passed, as Dynamo names its stages.
@@ -289,12 +264,7 @@ var deadlineStageNames = [NumDeadlineStages]string{"none", "admission", "dispatc
 
 // String returns the stage label of Dynamo's
 // dynamo_frontend_router_queue_deadline_expired_total.
-func (g DeadlineStage) String() string {
-	if g < NumDeadlineStages {
-		return deadlineStageNames[g]
-	}
-	return "deadline_stage(" + strconv.Itoa(int(g)) + ")"
-}
+func (g DeadlineStage) String() string { return enumName(deadlineStageNames[:], g, "deadline_stage") }
 
 // Action is one thing the shell must do as a result of a call.
 type Action struct {
@@ -444,4 +414,12 @@ type AdmissionConfig struct {
 // overlap_score_credit 1.0, router_temperature 0.
 func DefaultSelection() SelectionConfig {
 	return SelectionConfig{PrefillLoadScale: 1, OverlapCredit: 1}
+}
+
+// enumName returns names[v], or "kind(v)" for a v out of range.
+func enumName[T ~uint8](names []string, v T, kind string) string {
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return kind + "(" + strconv.Itoa(int(v)) + ")"
 }
