@@ -251,21 +251,8 @@ func (r *Rejection) Body() []byte {
 	row := answerTable[r.Reason]
 	var v any
 	switch row.shape {
-	case shapeDynamoOverload:
-		v = dynamoOverload{
-			Message: r.Text(),
-			Type:    "Overloaded",
-			Code:    r.HTTPStatus(),
-			Details: dynamoOverloadDetails{PolicyClass: r.PolicyClass, LimitKind: r.LimitKind.String(), Current: r.Current, Limit: r.Limit},
-		}
-	case shapeDynamoDeadline:
-		v = dynamoOverload{
-			Message: r.Text(),
-			Type:    "Overloaded",
-			Code:    r.HTTPStatus(),
-			Details: dynamoDeadlineDetails{PolicyClass: r.PolicyClass, Stage: r.Stage.String(),
-				SLOMillis: uint64(r.SLO.Milliseconds()), OverdueMillis: uint64(max(0, r.Overdue.Milliseconds()))},
-		}
+	case shapeDynamoOverload, shapeDynamoDeadline:
+		v = dynamoOverload{Message: r.Text(), Type: "Overloaded", Code: r.HTTPStatus(), Details: r.dynamoDetails(row.shape)}
 	case shapeOpenAI:
 		e := openai.Error{Status: row.status, Message: r.Text(), Param: r.Param, Type: r.ErrType, Code: r.ErrCode}
 		if e.Code == "" {
@@ -312,6 +299,15 @@ type dynamoOverload struct {
 	Type    string `json:"type"`
 	Code    int    `json:"code"`
 	Details any    `json:"details"`
+}
+
+// dynamoDetails is the details object of Dynamo's 529 of shape sh.
+func (r *Rejection) dynamoDetails(sh bodyShape) any {
+	if sh == shapeDynamoDeadline {
+		return dynamoDeadlineDetails{PolicyClass: r.PolicyClass, Stage: r.Stage.String(),
+			SLOMillis: uint64(r.SLO.Milliseconds()), OverdueMillis: uint64(max(0, r.Overdue.Milliseconds()))}
+	}
+	return dynamoOverloadDetails{PolicyClass: r.PolicyClass, LimitKind: r.LimitKind.String(), Current: r.Current, Limit: r.Limit}
 }
 
 type dynamoDeadlineDetails struct {
