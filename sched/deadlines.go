@@ -38,6 +38,38 @@ func (w *waitList) push(e *entry) {
 	}
 }
 
+// insert links the newly queued, unpromoted e in enqueue-time order:
+// after every entry queued at or before e.enq. Only a resumed request
+// (Request.Resumed) is older than the tail. It reports whether e landed
+// among promoted entries: it is older than one of them, so it starves too
+// and the caller promotes it. Landing just before the cursor, it becomes
+// the cursor.
+func (w *waitList) insert(e *entry) (starving bool) {
+	at := w.tail
+	for at != nil && at.enq > e.enq {
+		at = at.prev
+	}
+	if at == w.tail {
+		w.push(e)
+		return false
+	}
+	if at == nil {
+		e.prev, e.next = nil, w.head
+		w.head.prev = e
+		w.head = e
+	} else {
+		e.prev, e.next = at, at.next
+		at.next.prev = e
+		at.next = e
+	}
+	w.n++
+	if e.next == w.promo {
+		w.promo = e
+		return false
+	}
+	return e.next.promoted
+}
+
 // remove unlinks e.
 func (w *waitList) remove(e *entry) {
 	if w.promo == e {

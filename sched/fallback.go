@@ -70,12 +70,8 @@ func (s *Scheduler) Served(now time.Time, id uint64, worker string, rank uint32)
 	s.actions = s.actions[:0]
 	t := s.at(now)
 	e := s.entries[id]
-	w := s.byID[worker]
-	if e == nil || e.state != stateInFlight || w == nil || rank < w.dpStart || uint64(rank-w.dpStart) >= uint64(len(w.ranks)) {
-		return s.actions
-	}
-	r := w.ranks[rank-w.dpStart]
-	if r == e.rank {
+	r := s.rankAt(worker, rank)
+	if e == nil || e.state != stateInFlight || r == nil || r == e.rank {
 		return s.actions
 	}
 	old := e.rank.key.worker

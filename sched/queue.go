@@ -211,7 +211,10 @@ func (s *Scheduler) enqueue(e *entry, t instant) {
 		s.active = append(s.active, mq)
 	}
 	mq.queued[e.class][e.prio]++
-	s.wait[e.prio].push(e)
+	if s.wait[e.prio].insert(e) {
+		e.promoted = true
+		mq.ring.fix(e)
+	}
 	s.queuedTotal++
 	s.watchDeadline(e)
 }

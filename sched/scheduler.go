@@ -235,7 +235,7 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 		s.pass(t)
 	}
 	s.wakeParked(t)
-	if s.gate(e, &r, t) {
+	if s.resumeGate(e, &r) || s.gate(e, &r, t) {
 		s.arrive(e, &r, t, true)
 	}
 	return s.actions
@@ -246,7 +246,7 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 // an arrival still queued at the end (a waiter leaving SMG's admission
 // queue was reported queued already).
 func (s *Scheduler) arrive(e *entry, r *Request, t instant, report bool) {
-	if s.budgets != nil {
+	if s.budgets != nil && !r.Resumed {
 		res, wait, ok := s.budgets.reserve(t, r.Tenant, r.Model, r.ISL)
 		if !ok {
 			a := s.emitNamed(ActionReject, e, r.Model, "", OutcomeTenantRateLimited)
@@ -274,7 +274,11 @@ func (s *Scheduler) arrive(e *entry, r *Request, t instant, report bool) {
 	} else {
 		eligible = s.anyEligible(e.need())
 	}
-	if !s.classify(e, r, profile, pinned, t) {
+	at := t
+	if r.Resumed {
+		at = e.enq // FCFS order by arrival
+	}
+	if !s.classify(e, r, profile, pinned, at) {
 		s.rejectArrival(e, r.Model, "", OutcomeUnknownClass, "unknown router policy class")
 		return
 	}
@@ -733,6 +737,9 @@ func (s *Scheduler) newEntry(r *Request, t instant) *entry {
 	e.arrival = t
 	if !r.Arrival.IsZero() {
 		e.arrival = r.Arrival.Sub(s.origin)
+		if r.Resumed && e.arrival < t {
+			e.enq = e.arrival // its wait counts from its arrival
+		}
 	}
 	e.dpos = -1
 	e.taints = append(e.taints[:0], r.RequiredTaints...)

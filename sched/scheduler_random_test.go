@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -71,12 +72,19 @@ type simDriver struct {
 	// allowance is how far in-flight may exceed capacity after a shrink.
 	allowance uint32
 	drained   bool
+	// For failover: the configuration, the current worker set, each
+	// request as submitted (with its arrival) and each dispatch's booking.
+	cfg     Config
+	cur     []Worker
+	reqs    map[uint64]Request
+	booking map[uint64]Booking
 }
 
 // newSimDriver builds a random configuration and worker set from src, which
 // then drives the operations.
 func newSimDriver(src simSource) (*simDriver, error) {
-	d := &simDriver{src: src, now: simT0, status: map[uint64]simStatus{}, ends: map[uint64]int{}, preemptible: map[uint64]bool{}}
+	d := &simDriver{src: src, now: simT0, status: map[uint64]simStatus{}, ends: map[uint64]int{}, preemptible: map[uint64]bool{},
+		reqs: map[uint64]Request{}, booking: map[uint64]Booking{}}
 	for i := range 5 {
 		w := Worker{
 			ID:                 fmt.Sprintf("w%d", i),
@@ -149,7 +157,7 @@ func newSimDriver(src simSource) (*simDriver, error) {
 			return nil, err
 		}
 	}
-	d.s = s
+	d.s, d.cfg, d.cur = s, cfg, workers
 	return d, nil
 }
 
@@ -224,6 +232,7 @@ func (d *simDriver) step() error {
 		return d.submit()
 	case op < 55:
 		if id, ok := d.pick(simInFlight); ok {
+			d.firstToken(id)
 			return d.apply(d.s.FirstToken(d.now, id), 0)
 		}
 	case op < 70:
@@ -255,7 +264,8 @@ func (d *simDriver) step() error {
 			}
 		}
 	case op < 98:
-		acts := d.s.SetWorkers(d.now, d.randomWorkers())
+		d.cur = d.randomWorkers()
+		acts := d.s.SetWorkers(d.now, d.cur)
 		if over := d.s.inFlightTotal; over > d.s.capacity {
 			d.allowance = over - d.s.capacity
 		}
@@ -270,6 +280,8 @@ func (d *simDriver) step() error {
 		}
 	default:
 		switch {
+		case src.intn(6) == 0:
+			return d.failover()
 		case !d.drained && src.intn(20) == 0:
 			d.drained = true
 			return d.apply(d.s.Drain(d.now), 0)
@@ -280,6 +292,61 @@ func (d *simDriver) step() error {
 		}
 	}
 	return nil
+}
+
+// firstToken records that in-flight id produced its first token.
+func (d *simDriver) firstToken(id uint64) {
+	b := d.booking[id]
+	b.FirstToken = true
+	d.booking[id] = b
+}
+
+// failover replaces the scheduler with a fresh one over the current worker
+// set and re-registers every live request, as the fronts do after a change
+// of scheduler: in-flight ones through Adopt (one whose worker left the
+// set is no longer tracked), queued ones through Submit with Resumed and
+// their original arrival, in ID order.
+func (d *simDriver) failover() error {
+	s, err := New(d.cfg, d.cur)
+	if err != nil {
+		return nil //nolint:nilerr // reservations over this set's capacity: no failover now
+	}
+	d.s, d.drained = s, false
+	ids := make([]uint64, 0, len(d.status))
+	for id, st := range d.status {
+		if st == simQueued || st == simInFlight {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		r := d.reqs[id]
+		if d.status[id] == simInFlight {
+			acts := s.Adopt(d.now, r, d.booking[id])
+			if s.entries[id] == nil {
+				d.status[id] = simEnded
+				d.ends[id]++
+			} else if e := s.entries[id]; e.rank.key.worker != d.booking[id].Worker || (e.flags&flagFirstToken != 0) != d.booking[id].FirstToken {
+				return fmt.Errorf("adopted %d on %s (first token %v), booked %+v", id, e.rank.key.worker, e.flags&flagFirstToken != 0, d.booking[id])
+			}
+			if over := s.inFlightTotal; over > s.capacity {
+				d.allowance = max(d.allowance, over-s.capacity)
+			}
+			if err := d.follow(acts, 0); err != nil {
+				return fmt.Errorf("adopt %d: %w", id, err)
+			}
+			continue
+		}
+		r.Resumed = true
+		d.status[id] = simPending
+		if err := d.follow(s.Submit(d.now, r), id); err != nil {
+			return fmt.Errorf("resume %d: %w", id, err)
+		}
+		if d.status[id] == simPending {
+			return fmt.Errorf("resumed %d neither dispatched, rejected nor queued", id)
+		}
+	}
+	return d.check()
 }
 
 // report sends engine reports for a random subset of the pool's ranks,
@@ -349,6 +416,10 @@ func (d *simDriver) submit() error {
 	if src.intn(4) == 0 {
 		r.Arrival = d.now.Add(-time.Duration(src.intn(12000)) * time.Millisecond)
 	}
+	if r.Arrival.IsZero() {
+		r.Arrival = d.now
+	}
+	d.reqs[id] = r
 	d.status[id] = simPending
 	warming, waiting, capacity := d.s.warming, d.s.wait, d.s.capacity
 	acts := d.s.Submit(d.now, r)
@@ -424,9 +495,17 @@ func (d *simDriver) pick(want simStatus) (uint64, bool) {
 	return 0, false
 }
 
-// apply checks acts against the driver's model and updates it; submitted
-// is the ID of the arrival, or 0.
+// apply checks acts against the driver's model and updates it, then runs
+// check; submitted is the ID of the arrival, or 0.
 func (d *simDriver) apply(acts []Action, submitted uint64) error {
+	if err := d.follow(acts, submitted); err != nil {
+		return err
+	}
+	return d.check()
+}
+
+// follow is apply without the final check.
+func (d *simDriver) follow(acts []Action, submitted uint64) error {
 	for i, a := range acts {
 		st, known := d.status[a.ID]
 		arriving := a.ID == submitted && st == simPending
@@ -439,6 +518,7 @@ func (d *simDriver) apply(acts []Action, submitted uint64) error {
 				return fmt.Errorf("dispatch of queued %d without Queued", a.ID)
 			}
 			d.status[a.ID] = simInFlight
+			d.booking[a.ID] = Booking{Worker: a.Worker, Rank: a.Rank, Prefill: a.Prefill}
 			if a.Preemptible {
 				d.preemptible[a.ID] = true
 			}
@@ -472,7 +552,7 @@ func (d *simDriver) apply(acts []Action, submitted uint64) error {
 			return fmt.Errorf("action kind %d", a.Kind)
 		}
 	}
-	return d.check()
+	return nil
 }
 
 // check compares the driver's model with the scheduler and runs the
@@ -528,6 +608,7 @@ func (d *simDriver) finish() error {
 		progressed := false
 		for id, st := range d.status {
 			if st == simInFlight {
+				d.firstToken(id)
 				if err := d.apply(d.s.FirstToken(d.now, id), 0); err != nil {
 					return err
 				}

@@ -121,6 +121,21 @@ type Request struct {
 	// otherwise. The scheduler keeps a reference while the request is
 	// queued.
 	FairnessKey string
+	// Resumed marks a request an earlier scheduler admitted past SMG's
+	// request bucket and the tenant budgets, re-registered after a change
+	// of scheduler: it skips both, and its queue wait, deadline and FCFS
+	// order count from Arrival (not from the Submit).
+	Resumed bool
+}
+
+// Booking is where an in-flight request runs, for Adopt: the rank that
+// serves it, the prefill rank of a split request (zero for none), and
+// whether its first token arrived.
+type Booking struct {
+	Worker     string
+	Rank       uint32
+	Prefill    RankRef
+	FirstToken bool
 }
 
 // ActionKind says what the shell must do.
