@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/tollgate/tollgate/extproc/election"
 )
 
 // Leader election defaults, client-go's usual values.
@@ -51,6 +53,10 @@ type LeaderConfig struct {
 	// Identity is this replica's name in the Lease (normally the pod
 	// name). Required; unique among the replicas.
 	Identity string
+	// PeerAddr, when set, is published with the identity in the Lease's
+	// holderIdentity as IDENTITY@HOST:PORT (election.Record): the address
+	// other replicas reach this one's peer channel on while it leads.
+	PeerAddr string
 	// LeaseDuration is how long standbys wait after the last renewal before
 	// taking over; a whole number of seconds, as the Lease stores it.
 	// 0 means DefaultLeaseDuration.
@@ -97,8 +103,13 @@ func (c LeaderConfig) Validate() error {
 	if msgs := validation.IsDNS1123Subdomain(c.Name); len(msgs) > 0 {
 		bad("lease name %q: %s", c.Name, msgs[0])
 	}
-	if c.Identity == "" {
-		bad("identity is empty")
+	if err := election.CheckIdentity(c.Identity); err != nil {
+		bad("%v", err)
+	}
+	if c.PeerAddr != "" {
+		if err := election.CheckPeerAddr(c.PeerAddr); err != nil {
+			bad("%v", err)
+		}
 	}
 	if c.LeaseDuration < 0 || c.RenewDeadline < 0 || c.RetryPeriod < 0 {
 		bad("durations must not be negative")
@@ -156,12 +167,14 @@ func (e *Elector) Leading() bool { return e.leading.Load() }
 // Activator inactive.
 func (e *Elector) Run(ctx context.Context) error {
 	e.set(ctx, false)
+	holder := election.Record{Identity: e.cfg.Identity, PeerAddr: e.cfg.PeerAddr}.String()
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: e.cfg.Namespace, Name: e.cfg.Name},
 		Client:     e.cfg.Client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
+		LockConfig: resourcelock.ResourceLockConfig{Identity: holder},
 	}
 	log := e.cfg.Logger.With("lease", e.cfg.Namespace+"/"+e.cfg.Name, "identity", e.cfg.Identity)
+	follower, _ := e.cfg.Activator.(election.Follower)
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   e.cfg.LeaseDuration,
@@ -193,8 +206,15 @@ func (e *Elector) Run(ctx context.Context) error {
 				e.set(ctx, false)
 			},
 			OnNewLeader: func(id string) {
-				if id != e.cfg.Identity {
-					log.Info("standing by", "leader", id)
+				rec, err := election.Parse(id)
+				if err != nil {
+					log.Warn("the lease's holder is not a tollgate record", "holder", id, "error", err)
+				}
+				if rec.Identity != e.cfg.Identity {
+					log.Info("standing by", "leader", rec.Identity, "peer", rec.PeerAddr)
+				}
+				if follower != nil {
+					follower.SetLeader(rec)
 				}
 			},
 		},
