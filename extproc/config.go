@@ -232,6 +232,11 @@ type Config struct {
 	// Build identifies the binary the server runs in, for the
 	// tollgate_build_info gauge.
 	Build BuildInfo
+
+	// Replica, when set, runs the server as one of several replicas that
+	// all serve Envoy while one, elected, schedules for all (replica.go).
+	// Nil runs one replica that schedules for itself.
+	Replica *ReplicaConfig
 }
 
 // BuildInfo identifies a build of tollgate. /metrics exports it as
@@ -412,6 +417,11 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.GRPC.validate())
+	if c.Replica != nil {
+		if err := c.Replica.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,7 @@ type scheduler interface {
 	NextDeadline() (time.Time, bool)
 	RouteIn(model string, allowed []string) (worker string, rank uint32, ok bool)
 	Served(now time.Time, id uint64, worker string, rank uint32) []sched.Action
+	Adopt(now time.Time, r sched.Request, b sched.Booking) []sched.Action
 	Usage(now time.Time, id uint64, promptTokens, completionTokens uint64) []sched.Action
 	Stats() sched.Stats
 }
@@ -117,6 +119,8 @@ const (
 	evEngine
 	evServed
 	evUsage
+	// evAdopt: a front re-registers an in-flight request (replica mode).
+	evAdopt
 )
 
 // event is one message to the dispatcher.
@@ -136,6 +140,8 @@ type event struct {
 	rank   uint32
 	// evUsage: the prompt and completion tokens the worker reported.
 	prompt, completion uint64
+	// evAdopt: where the request runs.
+	booking sched.Booking
 	// evSubmit and evRoute: the request's endpoint subset, nil for none.
 	subset *subset
 	// evEngine.
@@ -178,6 +184,18 @@ type dispatcher struct {
 	// cancels collects in-flight requests to undo after an impossible
 	// dispatch (a worker missing from the set); see deliver.
 	cancels []uint64
+	// fresh, in replica mode, builds an empty scheduler over a worker
+	// set; nil otherwise. loads is the engines' last report, replayed
+	// into a fresh scheduler.
+	fresh func([]sched.Worker) (scheduler, error)
+	loads []sched.EngineLoad
+	// settle is how long a new scheduler term holds submits while the
+	// fronts re-register (replica mode); held are those submits, handed to
+	// the scheduler in arrival order at settleUntil. In-flight adoptions
+	// apply at once, so what is held meets the load already running.
+	settle      time.Duration
+	settleUntil time.Time
+	held        []event
 }
 
 // dispatcherHooks are the dispatcher's observers; each may be nil. They
@@ -236,9 +254,15 @@ func (d *dispatcher) run(ctx context.Context) {
 		case ev := <-d.events:
 			d.handle(ev)
 		case <-timer.C:
-			d.deliver(d.sch.Tick(time.Now()))
+			now := time.Now()
+			d.release(now)
+			d.deliver(d.sch.Tick(now))
 		}
-		if at, ok := d.sch.NextDeadline(); ok {
+		at, ok := d.sch.NextDeadline()
+		if len(d.held) > 0 && (!ok || d.settleUntil.Before(at)) {
+			at, ok = d.settleUntil, true
+		}
+		if ok {
 			timer.Reset(max(0, time.Until(at)))
 		} else {
 			timer.Stop()
@@ -248,10 +272,25 @@ func (d *dispatcher) run(ctx context.Context) {
 
 func (d *dispatcher) handle(ev event) {
 	now := time.Now()
+	d.release(now)
 	switch ev.kind {
 	case evSubmit:
+		if now.Before(d.settleUntil) {
+			d.boxes[ev.id] = ev.box
+			d.held = append(d.held, ev)
+			break
+		}
 		d.submit(now, ev)
+	case evAdopt:
+		d.boxes[ev.id] = ev.box
+		d.deliver(d.sch.Adopt(now, ev.req, ev.booking))
+		if ev.booking.FirstToken {
+			delete(d.boxes, ev.id) // past its first token it cannot be preempted
+		}
 	case evRelease:
+		if i := slices.IndexFunc(d.held, func(h event) bool { return h.id == ev.id }); i >= 0 {
+			d.held = slices.Delete(d.held, i, i+1)
+		}
 		delete(d.boxes, ev.id)
 		d.deliver(d.sch.Release(now, ev.id))
 	case evFirstToken:
@@ -265,7 +304,11 @@ func (d *dispatcher) handle(ev event) {
 		d.publish()
 		ev.reply <- reply{ok: true}
 	case evActive:
-		d.setActive(now, ev.active)
+		if d.fresh != nil {
+			d.reset(now, ev.active)
+		} else {
+			d.setActive(now, ev.active)
+		}
 		ev.reply <- reply{ok: true}
 	case evDrain:
 		d.state.draining = true
@@ -276,6 +319,7 @@ func (d *dispatcher) handle(ev event) {
 		d.deliver(d.sch.Drain(now))
 		ev.reply <- reply{ok: true}
 	case evEngine:
+		d.loads = ev.loads
 		d.deliver(d.sch.ReportLoad(now, ev.loads))
 	case evServed:
 		d.deliver(d.sch.Served(now, ev.id, ev.worker, ev.rank))
@@ -293,8 +337,7 @@ func (d *dispatcher) handle(ev event) {
 func (d *dispatcher) submit(now time.Time, ev event) {
 	if ev.subset != nil {
 		if ev.req.AllowedWorkers = d.workers.Allowed(ev.subset.admits); ev.req.AllowedWorkers == nil {
-			ev.box.put(notice{kind: noticeDecided, decision: &decision{action: sched.Action{Kind: sched.ActionReject, ID: ev.id, Outcome: sched.OutcomeNoEndpoints,
-				Priority: ev.req.Priority, Model: ev.req.Model, Message: subsetUnmatched}}})
+			ev.box.put(subsetRejection(&ev.req))
 			return
 		}
 	}
@@ -323,6 +366,52 @@ func (d *dispatcher) setActive(now time.Time, active bool) {
 		d.deliver(d.sch.Drain(now))
 	case !d.shed:
 		d.sch.Resume()
+	}
+}
+
+// reset starts or ends this replica's term as the scheduler in replica
+// mode: either way the scheduler starts afresh, empty, with the engines'
+// last report. Nothing is answered: the requests belong to the fronts,
+// which re-register them with whichever replica schedules next. The
+// fronts' streams have ended and the local link is closed before this
+// runs, so no event of the old term follows.
+func (d *dispatcher) reset(now time.Time, active bool) {
+	sch, err := d.fresh(d.workers.Sched)
+	if err != nil {
+		d.log.Error("cannot build a fresh scheduler; keeping the old one", "error", err)
+	} else {
+		d.sch = sch
+		d.deliver(d.sch.ReportLoad(now, d.loads))
+	}
+	clear(d.boxes)
+	clear(d.held)
+	d.held = d.held[:0]
+	d.settleUntil = time.Time{}
+	if active {
+		d.settleUntil = now.Add(d.settle)
+	}
+	if active != d.state.standby {
+		return
+	}
+	d.state.standby = !active
+	if active {
+		d.state.acquisitions++
+	}
+	d.publish()
+}
+
+// release hands the held submits to the scheduler, in arrival order, once
+// the settle window is over.
+func (d *dispatcher) release(now time.Time) {
+	if len(d.held) == 0 || now.Before(d.settleUntil) {
+		return
+	}
+	held := d.held
+	d.held = nil
+	slices.SortStableFunc(held, func(a, b event) int { return a.req.Arrival.Compare(b.req.Arrival) })
+	for _, ev := range held {
+		delete(d.boxes, ev.id) // submit files it again
+		d.submit(now, ev)
 	}
 }
 
@@ -449,6 +538,13 @@ func (d *dispatcher) call(ctx context.Context, ev event) (reply, error) {
 			return reply{}, errStopped
 		}
 	}
+}
+
+// subsetRejection answers a request whose endpoint subset names no known
+// worker.
+func subsetRejection(r *sched.Request) notice {
+	return notice{kind: noticeDecided, decision: &decision{action: sched.Action{Kind: sched.ActionReject, ID: r.ID, Outcome: sched.OutcomeNoEndpoints,
+		Priority: r.Priority, Model: r.Model, Message: subsetUnmatched}}}
 }
 
 // subsetUnmatched answers a request whose endpoint subset names no worker

@@ -107,6 +107,11 @@ func (f *fakeScheduler) Served(_ time.Time, id uint64, worker string, rank uint3
 	return nil
 }
 
+func (f *fakeScheduler) Adopt(_ time.Time, r sched.Request, b sched.Booking) []sched.Action {
+	f.record(fmt.Sprintf("adopt %d %s/%d", r.ID, b.Worker, b.Rank))
+	return nil
+}
+
 func (f *fakeScheduler) Usage(_ time.Time, id, prompt, completion uint64) []sched.Action {
 	f.record(fmt.Sprintf("usage %d %d+%d", id, prompt, completion))
 	return nil

@@ -78,14 +78,23 @@ type Server struct {
 	// runMu guards started: before Run, control events apply directly.
 	runMu   sync.Mutex
 	started bool
-	// fleet applies every worker set.
-	fleet *fleet.Applier
+	// fleet applies every worker set; current is the set in force, for
+	// the streams of replica mode.
+	fleet   *fleet.Applier
+	current atomic.Pointer[fleet.Set]
 	// kv is the KV-event manager, nil without KV events (WithKVEvents).
 	kv *kvevents.Manager
 	// scraper reads the engines' metrics; nil when off. runCtx is Run's
 	// context, which bounds a round's hand-over.
 	scraper *enginemetrics.Scraper
 	runCtx  atomic.Pointer[context.Context]
+
+	// In replica mode (Config.Replica): the relay carries the streams'
+	// scheduling events, the desk serves other fronts while this replica
+	// is the scheduler; all nil otherwise.
+	relay   *relay
+	desk    *peerDesk
+	replica *replicaMetrics
 }
 
 // Option adds a component to a Server.
@@ -161,6 +170,9 @@ func newServer(cfg Config, ws *fleet.Set, sch scheduler, opts ...Option) (*Serve
 		s.metrics.reg.MustRegister(s.scraper)
 	}
 	s.fleet = fleet.NewApplier(ws, s.commitWorkers, s.workerConsumers()...)
+	if cfg.Replica != nil {
+		s.replicaMode(cfg.Replica)
+	}
 	return s, nil
 }
 
@@ -192,6 +204,11 @@ func (s *Server) Run(ctx context.Context) error {
 		defer func() { stop(); wg.Wait() }()
 		s.runCtx.Store(&sctx)
 		wg.Go(func() { s.scraper.Run(sctx) })
+	}
+	if s.relay != nil {
+		rctx, stop := context.WithCancel(ctx)
+		defer func() { stop(); wg.Wait() }()
+		wg.Go(func() { s.relay.run(rctx) })
 	}
 	s.disp.run(ctx)
 	s.log.Info("dispatcher stopped")
@@ -254,6 +271,7 @@ func (s *Server) commitWorkers(set *fleet.Set) error {
 // the metric labels.
 func (s *Server) workerConsumers() []fleet.Consumer {
 	cs := []fleet.Consumer{
+		func(set *fleet.Set, _ fleet.Diff) { s.current.Store(set) },
 		func(_ *fleet.Set, d fleet.Diff) { s.cache.Forget(d.Removed) },
 		func(set *fleet.Set, _ fleet.Diff) {
 			s.metrics.setNamedModels(slices.Collect(maps.Keys(s.cfg.Sched.Policy.Models)), set.Sched)
@@ -276,9 +294,29 @@ func (s *Server) workerConsumers() []fleet.Consumer {
 	return cs
 }
 
+// workerSet returns the worker set in force.
+func (s *Server) workerSet() *fleet.Set { return s.current.Load() }
+
 // Ready reports whether the server has workers, leads (or runs without
 // leader election) and is not draining.
-func (s *Server) Ready() bool { return s.disp.serving().ready() }
+func (s *Server) Ready() bool { return s.unready(s.disp.serving()) == "" }
+
+// unready says why the replica should not receive traffic, or "" when it
+// should. In replica mode a front is ready while it reaches a scheduler,
+// whichever replica that is.
+func (s *Server) unready(v serving) string {
+	switch {
+	case v.draining:
+		return "draining"
+	case s.relay != nil && !s.relay.linked():
+		return "no scheduler reachable"
+	case s.relay == nil && v.standby:
+		return "standby: another replica leads"
+	case v.workers == 0:
+		return "no workers"
+	}
+	return ""
+}
 
 // SetActive switches the server between leading (true, the initial state)
 // and standing by (false) for leader election. A standby reports NOT_SERVING
@@ -286,8 +324,14 @@ func (s *Server) Ready() bool { return s.disp.serving().ready() }
 // 503 with Retry-After, and answers new requests the same way; its worker
 // view stays current, so it can take over as soon as it is made active
 // again. Requests already dispatched finish normally.
+//
+// In replica mode (Config.Replica) it starts or ends this replica's term
+// as the scheduler instead; the replica serves Envoy either way.
 func (s *Server) SetActive(ctx context.Context, active bool) error {
 	s.log.Info("leadership changed", "active", active)
+	if s.relay != nil {
+		return s.setReplicaActive(ctx, active)
+	}
 	if _, err := s.control(ctx, event{kind: evActive, active: active}); err != nil && !errors.Is(err, errStopped) {
 		return err
 	}
@@ -297,7 +341,7 @@ func (s *Server) SetActive(ctx context.Context, active bool) error {
 // updateHealth publishes a serving snapshot on gRPC health.
 func (s *Server) updateHealth(v serving) {
 	st := healthgrpc.HealthCheckResponse_NOT_SERVING
-	if v.ready() {
+	if s.unready(v) == "" {
 		st = healthgrpc.HealthCheckResponse_SERVING
 	}
 	for _, name := range []string{"", ServiceName, HealthReadiness, HealthInferenceExtension} {
@@ -310,7 +354,9 @@ func (s *Server) updateHealth(v serving) {
 // (gRPC health NOT_SERVING, /readyz 503), waits DrainDelay so Envoy and
 // Kubernetes stop sending new requests, answers every queued request 503
 // with Retry-After (and every later arrival too), then waits until the
-// in-flight streams have ended, at most ShutdownTimeout. It returns an
+// in-flight streams have ended, at most ShutdownTimeout (in replica mode
+// the queued requests are not answered: they wait for the scheduler,
+// which by then is another replica). It returns an
 // error when streams are still open then or ctx ends first. The caller
 // then stops the gRPC server and cancels Run's context.
 func (s *Server) Drain(ctx context.Context) error {
@@ -322,8 +368,12 @@ func (s *Server) Drain(ctx context.Context) error {
 		return err
 	}
 	s.shedNow()
-	if _, err := s.control(ctx, event{kind: evShed}); err != nil && !errors.Is(err, errStopped) {
-		return err
+	// In replica mode the queued requests wait on: another replica
+	// schedules them while this one drains, until the shutdown timeout.
+	if s.relay == nil {
+		if _, err := s.control(ctx, event{kind: evShed}); err != nil && !errors.Is(err, errStopped) {
+			return err
+		}
 	}
 	deadline := time.NewTimer(s.cfg.ShutdownTimeout)
 	defer deadline.Stop()
@@ -381,17 +431,11 @@ func (s *Server) MetricsHandler() http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		v := s.disp.serving()
-		switch {
-		case v.draining:
-			http.Error(w, "draining", http.StatusServiceUnavailable)
-		case v.standby:
-			http.Error(w, "standby: another replica leads", http.StatusServiceUnavailable)
-		case v.workers == 0:
-			http.Error(w, "no workers", http.StatusServiceUnavailable)
-		default:
-			_, _ = io.WriteString(w, "ready\n")
+		if why := s.unready(s.disp.serving()); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
 		}
+		_, _ = io.WriteString(w, "ready\n")
 	})
 	return mux
 }

@@ -63,6 +63,16 @@ type streamEnv struct {
 }
 
 func (e *streamEnv) submit(r *sched.Request, sub *subset) error {
+	if rl := e.s.relay; rl != nil {
+		if sub != nil {
+			if r.AllowedWorkers = e.s.workerSet().Allowed(sub.admits); r.AllowedWorkers == nil {
+				e.box.put(subsetRejection(r))
+				return nil
+			}
+		}
+		rl.submit(r, e.box)
+		return nil
+	}
 	return e.s.disp.send(e.ctx, event{kind: evSubmit, id: r.ID, req: *r, subset: sub, box: e.box, at: time.Now()})
 }
 
@@ -75,18 +85,34 @@ func (e *streamEnv) route(model string, sub *subset) (fleet.Target, bool, error)
 // cancelled stream must still release what it booked. They give up only
 // when the dispatcher has stopped.
 func (e *streamEnv) release(id uint64) {
+	if rl := e.s.relay; rl != nil {
+		rl.release(id)
+		return
+	}
 	_ = e.s.disp.send(context.Background(), event{kind: evRelease, id: id})
 }
 
 func (e *streamEnv) firstToken(id uint64) {
+	if rl := e.s.relay; rl != nil {
+		rl.firstToken(id)
+		return
+	}
 	_ = e.s.disp.send(context.Background(), event{kind: evFirstToken, id: id})
 }
 
 func (e *streamEnv) usage(id, prompt, completion uint64) {
+	if rl := e.s.relay; rl != nil {
+		rl.usage(id, prompt, completion)
+		return
+	}
 	_ = e.s.disp.send(context.Background(), event{kind: evUsage, id: id, prompt: prompt, completion: completion})
 }
 
 func (e *streamEnv) served(id uint64, worker string, rank uint32) {
+	if rl := e.s.relay; rl != nil {
+		rl.served(id, worker, rank)
+		return
+	}
 	_ = e.s.disp.send(context.Background(), event{kind: evServed, id: id, worker: worker, rank: rank})
 }
 

@@ -55,7 +55,11 @@ type discoveryOptions struct {
 	defaultDPSize     uint64
 	model             string
 
-	leaderElect   bool
+	leaderElect bool
+	// backend, etcdEndpoints and peerAddr: see replicas.go.
+	backend       string
+	etcdEndpoints string
+	peerAddr      string
 	leaseNS       string
 	leaseName     string
 	identity      string
@@ -80,11 +84,12 @@ func registerDiscoveryFlags(fs *flag.FlagSet, d *discoveryOptions) {
 	fs.Uint64Var(&d.defaultDPSize, "k8s-default-dp-size", 0, "data-parallel ranks of a pod without the "+kube.AnnotationDPSize+" annotation (0: 1)")
 	fs.StringVar(&d.model, "k8s-model", "", "model of a pod without the "+kube.AnnotationModel+" annotation (empty: every model)")
 
-	fs.BoolVar(&d.leaderElect, "leader-elect", false, "run as one of several replicas: only the holder of a coordination.k8s.io Lease is ready and serves ext_proc")
-	fs.StringVar(&d.leaseNS, "leader-elect-namespace", "", "namespace of the Lease (empty: tollgate's own)")
-	fs.StringVar(&d.leaseName, "leader-elect-name", "tollgate", "name of the Lease")
-	fs.StringVar(&d.identity, "leader-elect-identity", "", "this replica's name in the Lease (empty: the hostname, which is the pod name)")
-	fs.DurationVar(&d.leaseDuration, "leader-elect-lease-duration", kube.DefaultLeaseDuration, "how long standbys wait after the leader's last renewal (whole seconds)")
+	fs.BoolVar(&d.leaderElect, "leader-elect", false, "run as one of several replicas; the elected one schedules for all (with --peer-addr every replica serves Envoy, without it only the elected one does)")
+	registerReplicaFlags(fs, d)
+	fs.StringVar(&d.leaseNS, "leader-elect-namespace", "", "kube backend: namespace of the Lease (empty: tollgate's own)")
+	fs.StringVar(&d.leaseName, "leader-elect-name", "tollgate", "name of the Lease, or of the etcd election (key prefix /tollgate/leader/NAME)")
+	fs.StringVar(&d.identity, "leader-elect-identity", "", "this replica's name in the election record (empty: the hostname, which is the pod name)")
+	fs.DurationVar(&d.leaseDuration, "leader-elect-lease-duration", kube.DefaultLeaseDuration, "how long others wait after the leader's last renewal before taking over (whole seconds; the etcd lease TTL)")
 	fs.DurationVar(&d.renewDeadline, "leader-elect-renew-deadline", kube.DefaultRenewDeadline, "how long the leader retries a renewal before it steps down")
 	fs.DurationVar(&d.retryPeriod, "leader-elect-retry-period", kube.DefaultRetryPeriod, "interval between leader election attempts")
 }
@@ -140,10 +145,7 @@ func (d *discoveryOptions) validate(o *options) error {
 			add(err)
 		}
 	}
-	if d.leaderElect {
-		_, err := d.leaderConfig()
-		add(err)
-	}
+	add(d.validateReplicas())
 	return errors.Join(errs...)
 }
 
@@ -221,11 +223,9 @@ func (d *discoveryOptions) leaderConfig() (kube.LeaderConfig, error) {
 	if err != nil {
 		return kube.LeaderConfig{}, err
 	}
-	id := d.identity
-	if id == "" {
-		if id, err = os.Hostname(); err != nil {
-			return kube.LeaderConfig{}, fmt.Errorf("--leader-elect-identity: no hostname to default to: %w", err)
-		}
+	id, err := d.identityName()
+	if err != nil {
+		return kube.LeaderConfig{}, err
 	}
 	c := kube.LeaderConfig{
 		Namespace: ns, Name: d.leaseName, Identity: id,
@@ -300,7 +300,9 @@ type kubeClients struct {
 }
 
 // needsKube reports whether the flags call for a Kubernetes client.
-func (d *discoveryOptions) needsKube() bool { return d.mode != discoveryStatic || d.leaderElect }
+func (d *discoveryOptions) needsKube() bool {
+	return d.mode != discoveryStatic || (d.leaderElect && d.backend == backendKube)
+}
 
 // startDiscovery builds the Kubernetes clients from --kubeconfig, or the
 // in-cluster service account, and starts discovery and leader election
@@ -308,13 +310,13 @@ func (d *discoveryOptions) needsKube() bool { return d.mode != discoveryStatic |
 // --leader-elect it does nothing.
 func startDiscovery(ctx context.Context, o *options, srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) error {
 	d := &o.discovery
-	if !d.needsKube() {
-		return nil
-	}
-	klog.SetSlogLogger(log.With("component", "client-go"))
-	clients, err := d.clients()
-	if err != nil {
-		return err
+	var clients kubeClients
+	if d.needsKube() {
+		klog.SetSlogLogger(log.With("component", "client-go"))
+		var err error
+		if clients, err = d.clients(); err != nil {
+			return err
+		}
 	}
 	return d.start(ctx, clients, srv, log, wg)
 }
@@ -346,7 +348,7 @@ func (d *discoveryOptions) clients() (kubeClients, error) {
 // unless every part could be built. Goroutines are added to wg and end
 // with ctx.
 func (d *discoveryOptions) start(ctx context.Context, clients kubeClients, srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) error {
-	if !d.needsKube() {
+	if !d.needsKube() && !d.leaderElect {
 		return nil
 	}
 	if d.leaderElect {
@@ -364,14 +366,9 @@ func (d *discoveryOptions) start(ctx context.Context, clients kubeClients, srv *
 	if err != nil {
 		return err
 	}
-	var el *kube.Elector
+	var el elector
 	if d.leaderElect {
-		lc, err := d.leaderConfig()
-		if err != nil {
-			return err
-		}
-		lc.Client, lc.Activator, lc.Logger = clients.core, srv, log.With("component", "leader-election")
-		if el, err = kube.NewElector(lc); err != nil {
+		if el, err = d.elector(clients, srv, log.With("component", "leader-election")); err != nil {
 			return err
 		}
 	}
@@ -393,7 +390,7 @@ func (d *discoveryOptions) start(ctx context.Context, clients kubeClients, srv *
 			defer signal.Stop(sig)
 			select {
 			case <-sig:
-				log.Info("shutting down: releasing the leader lease")
+				log.Info("shutting down: handing over the scheduler role")
 				stepDown()
 			case <-electCtx.Done():
 			}

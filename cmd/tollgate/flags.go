@@ -188,7 +188,9 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	tok, tokErr := o.buildTokenizer()
 	cfg.Tokenizer = tok
 	workers, workersErr := o.workers()
-	err := errors.Join(serverErr, tokErr, o.scheduling(&cfg), workersErr,
+	var replicaErr error
+	cfg.Replica, replicaErr = o.replicaConfig()
+	err := errors.Join(serverErr, tokErr, o.scheduling(&cfg), workersErr, replicaErr,
 		o.discovery.validate(o), o.kvEvents.validate(), o.kvEvents.checkWorkers(workers), cfg.Validate())
 	if err == nil && cfg.GRPC.TLSCert != "" {
 		_, err = extproc.ServerOptions(cfg) // loads the certificate, key and client CA
@@ -315,6 +317,7 @@ func (o *options) warnings(workers []fleet.Worker) []string {
 		}
 	}
 	ws = append(ws, o.rateLimits.warnings(o.priorityEnabled)...)
+	ws = append(ws, o.discovery.replicaWarnings()...)
 	if o.picker.testEndpointSelection {
 		ws = append(ws, "--test-endpoint-selection is on: any client can choose its worker with the test-epp-endpoint-selection header; use it for conformance tests only")
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/extproc/peer"
 )
 
 // runServe parses the serving flags and serves until ctx ends (SIGTERM or
@@ -103,11 +104,20 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 		return abort(fmt.Errorf("metrics listener: %w", err))
 	}
 	hs := &http.Server{Handler: srv.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+	pgs, pl, err := peerServer(ctx, o, srv, listen)
+	if err != nil {
+		_, _ = gl.Close(), ml.Close()
+		return abort(err)
+	}
 
 	wg.Go(func() { _ = srv.Run(runCtx) })
 	errc := make(chan error, 2)
 	wg.Go(func() { errc <- ignoreClosed(gs.Serve(gl)) })
 	wg.Go(func() { errc <- ignoreClosed(hs.Serve(ml)) })
+	if pgs != nil {
+		wg.Go(func() { _ = pgs.Serve(pl) })
+		defer pgs.Stop()
+	}
 
 	if o.workersFile != "" {
 		w := fleet.NewFileWatcher(o.workersFile, srv.SetWorkers, log, 0)
@@ -132,6 +142,9 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 		stopRun()
 		_ = hs.Close()
 		gs.Stop()
+		if pgs != nil {
+			pgs.Stop()
+		}
 		wg.Wait()
 		return err
 	}
@@ -177,6 +190,27 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 		log.Error("shutdown: background work still running past the shutdown budget; exiting anyway", "margin", exitMargin)
 	}
 	return serveErr
+}
+
+// peerServer opens the peer channel's listener and server in replica
+// mode (nil, nil otherwise): other replicas reach the scheduler there. It
+// uses the ext_proc listener's TLS files; with a client CA, only replicas
+// holding a certificate from it get in.
+func peerServer(ctx context.Context, o *options, srv *extproc.Server, listen listenFunc) (*grpc.Server, net.Listener, error) {
+	if !o.discovery.leaderElect || o.discovery.peerAddr == "" {
+		return nil, nil, nil
+	}
+	tc, _, err := peer.TLSConfigs(o.grpcTLSCert, o.grpcTLSKey, o.grpcClientCA)
+	if err != nil {
+		return nil, nil, fmt.Errorf("peer channel: %w", err)
+	}
+	l, err := listen(ctx, "tcp", o.discovery.peerListenAddr())
+	if err != nil {
+		return nil, nil, fmt.Errorf("peer listener: %w", err)
+	}
+	g := grpc.NewServer(peer.ServerOptions(tc)...)
+	peer.Register(g, srv.ServePeer)
+	return g, l, nil
 }
 
 // exitMargin is how long past --drain-delay + --shutdown-timeout the

@@ -65,8 +65,8 @@ var flagGroups = []flagGroup{
 		"k8s-debounce", "k8s-default-max-running-requests", "k8s-default-max-num-batched-tokens",
 		"k8s-default-dp-size", "k8s-model",
 	}},
-	{"Leader election", []string{
-		"leader-elect", "leader-elect-namespace", "leader-elect-name", "leader-elect-identity",
+	{"Replicas and leader election", []string{
+		"leader-elect", "peer-addr", "leader-elect-backend", "etcd-endpoints", "leader-elect-namespace", "leader-elect-name", "leader-elect-identity",
 		"leader-elect-lease-duration", "leader-elect-renew-deadline", "leader-elect-retry-period",
 	}},
 	{"Testing only", []string{

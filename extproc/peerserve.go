@@ -1,0 +1,337 @@
+package extproc
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate/extproc/peer"
+)
+
+// maxFrontRequests bounds the requests one front may have live at the
+// scheduler: past it the front's stream ends (its requests are released).
+const maxFrontRequests = 1 << 16
+
+// peerHelloTimeout bounds the wait for a front's Hello.
+const peerHelloTimeout = 5 * time.Second
+
+// remoteIDBit marks the scheduler's IDs of other fronts' requests, so they
+// never meet the local streams' IDs.
+const remoteIDBit = 1 << 63
+
+// peerDesk is the scheduler side of the peer channel: while this replica
+// is the scheduler it serves each front's stream, handing the front's
+// requests to the dispatcher under IDs of its own and the dispatcher's
+// notices back. When the role ends, every front's stream ends and its
+// requests are released.
+type peerDesk struct {
+	s        *Server
+	identity string
+	ids      atomic.Uint64
+
+	mu     sync.Mutex
+	active bool
+	// fronts are the streams being served, each with its cancel.
+	fronts map[*frontConn]struct{}
+	// serving counts the front handlers running, for setActive to wait.
+	serving sync.WaitGroup
+}
+
+func newPeerDesk(s *Server, identity string) *peerDesk {
+	return &peerDesk{s: s, identity: identity, fronts: make(map[*frontConn]struct{})}
+}
+
+// setActive opens or closes the desk. Closing ends every front's stream
+// and waits, at most until ctx ends, until each has released its requests.
+func (p *peerDesk) setActive(ctx context.Context, active bool) error {
+	p.mu.Lock()
+	p.active = active
+	var ending []*frontConn
+	if !active {
+		for f := range p.fronts {
+			ending = append(ending, f)
+		}
+	}
+	p.mu.Unlock()
+	for _, f := range ending {
+		f.cancel()
+	}
+	if active {
+		return nil
+	}
+	done := make(chan struct{})
+	go func() { p.serving.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("extproc: fronts' streams still ending: %w", ctx.Err())
+	}
+}
+
+// frontConn is one front's stream at the scheduler.
+type frontConn struct {
+	name   string
+	cancel context.CancelFunc
+	// ids maps the front's request IDs to the scheduler's; owned by the
+	// receiving goroutine.
+	ids map[uint64]uint64
+
+	mu    sync.Mutex
+	out   []peer.Down
+	ready chan struct{}
+}
+
+// push queues a message to the front; it never blocks.
+func (f *frontConn) push(d peer.Down) {
+	f.mu.Lock()
+	f.out = append(f.out, d)
+	f.mu.Unlock()
+	select {
+	case f.ready <- struct{}{}:
+	default:
+	}
+}
+
+// frontBox receives the dispatcher's notices for one front's request.
+type frontBox struct {
+	f  *frontConn
+	id uint64 // the front's ID
+}
+
+func (b frontBox) put(n notice) bool {
+	d := peer.Down{ID: b.id}
+	switch n.kind {
+	case noticeQueued:
+		d.Kind = peer.DownQueued
+	case noticePreempted:
+		d.Kind = peer.DownPreempted
+	case noticeDecided:
+		d.Kind = peer.DownDecided
+		dc := n.decision
+		d.Decision = &peer.Decision{Action: dc.action, Target: dc.target, UnknownModel: dc.unknownModel}
+	}
+	b.f.push(d)
+	return true
+}
+
+// ServePeer serves one front's peer stream (register it with peer.Register
+// on the peer listener). It refuses a stream while this replica is not the
+// scheduler; the front then finds the elected one.
+func (s *Server) ServePeer(st peer.ServerStream) error {
+	p := s.desk
+	if p == nil {
+		return status.Error(codes.Unimplemented, "tollgate: replica mode is off")
+	}
+	ctx, cancel := context.WithCancel(st.Context())
+	defer cancel()
+	f := &frontConn{cancel: cancel, ids: make(map[uint64]uint64), ready: make(chan struct{}, 1)}
+	p.mu.Lock()
+	if !p.active {
+		p.mu.Unlock()
+		return status.Error(codes.FailedPrecondition, "tollgate: this replica is not the scheduler")
+	}
+	p.fronts[f] = struct{}{}
+	p.serving.Add(1)
+	p.mu.Unlock()
+	hello, err := recvHello(ctx, st)
+	if err != nil {
+		p.forget(f)
+		return err
+	}
+	f.name = hello.Front
+	s.replica.fronts.Inc()
+	s.log.Info("front linked", "front", f.name)
+	f.push(peer.Down{Kind: peer.DownWelcome, Scheduler: p.identity})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { sendFront(ctx, st, f, cancel) })
+	// The receiver outlives this handler when the role ends: returning is
+	// what ends the stream, and so its Recv. It releases the front's
+	// requests last.
+	received := make(chan error, 1)
+	go func() {
+		defer p.forget(f)
+		defer s.replica.fronts.Dec()
+		defer p.releaseAll(f)
+		received <- p.receive(ctx, st, f)
+	}()
+	select {
+	case err := <-received:
+		return err
+	case <-ctx.Done():
+		return status.Error(codes.Unavailable, "tollgate: no longer the scheduler")
+	}
+}
+
+// receive hands the front's messages to the dispatcher until the stream
+// or ctx ends.
+func (p *peerDesk) receive(ctx context.Context, st peer.ServerStream, f *frontConn) error {
+	for {
+		u, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		if err := p.take(ctx, f, u); err != nil {
+			return err
+		}
+	}
+}
+
+// forget removes a front whose stream is over.
+func (p *peerDesk) forget(f *frontConn) {
+	p.mu.Lock()
+	delete(p.fronts, f)
+	p.mu.Unlock()
+	p.serving.Done()
+}
+
+// recvHello waits for the front's Hello, at most peerHelloTimeout.
+func recvHello(ctx context.Context, st peer.ServerStream) (*peer.Up, error) {
+	type got struct {
+		u   *peer.Up
+		err error
+	}
+	ch := make(chan got, 1)
+	go func() {
+		u, err := st.Recv()
+		ch <- got{u, err}
+	}()
+	timer := time.NewTimer(peerHelloTimeout)
+	defer timer.Stop()
+	select {
+	case g := <-ch:
+		switch {
+		case g.err != nil:
+			return nil, g.err
+		case g.u.Kind != peer.UpHello:
+			return nil, status.Errorf(codes.InvalidArgument, "tollgate: the first message is kind %d, not a hello", g.u.Kind)
+		}
+		return g.u, nil
+	case <-timer.C:
+		return nil, status.Error(codes.DeadlineExceeded, "tollgate: no hello in time")
+	case <-ctx.Done():
+		return nil, status.Error(codes.Unavailable, "tollgate: no longer the scheduler")
+	}
+}
+
+// sendFront sends the queued messages to the front until ctx ends; a
+// failed send ends the stream.
+func sendFront(ctx context.Context, st peer.ServerStream, f *frontConn, cancel context.CancelFunc) {
+	var batch []peer.Down
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.ready:
+		}
+		f.mu.Lock()
+		batch, f.out = f.out, batch[:0]
+		f.mu.Unlock()
+		for i := range batch {
+			if err := st.Send(&batch[i]); err != nil {
+				cancel()
+				return
+			}
+		}
+		clear(batch)
+	}
+}
+
+// take hands one message of front f to the dispatcher, under the
+// scheduler's own ID for the front's request.
+func (p *peerDesk) take(ctx context.Context, f *frontConn, u *peer.Up) error {
+	if u.Kind == peer.UpHello {
+		return status.Error(codes.InvalidArgument, "tollgate: a second hello")
+	}
+	gid, known := f.ids[u.ID]
+	switch u.Kind {
+	case peer.UpSubmit, peer.UpAdopt:
+		if known {
+			return status.Errorf(codes.InvalidArgument, "tollgate: request %d submitted twice", u.ID)
+		}
+		if len(f.ids) >= maxFrontRequests {
+			return status.Errorf(codes.ResourceExhausted, "tollgate: more than %d live requests from one front", maxFrontRequests)
+		}
+		gid = remoteIDBit | p.ids.Add(1)
+		f.ids[u.ID] = gid
+	case peer.UpRelease, peer.UpHello, peer.UpFirstToken, peer.UpServed, peer.UpUsage:
+	}
+	if gid == 0 {
+		return nil // a request the scheduler does not have (any more)
+	}
+	if err := p.s.disp.send(ctx, eventOf(u, gid, frontBox{f, u.ID})); err != nil {
+		return err // the stream ended: releaseAll releases what is left
+	}
+	if u.Kind == peer.UpRelease {
+		delete(f.ids, u.ID)
+	}
+	return nil
+}
+
+// eventOf turns a front's message into a dispatcher event about request
+// id (the scheduler's ID), with box for a submit or an adoption.
+func eventOf(u *peer.Up, id uint64, box noticeBox) event {
+	ev := event{id: id, worker: u.Worker, rank: u.Rank, prompt: u.Prompt, completion: u.Completion}
+	switch u.Kind {
+	case peer.UpSubmit, peer.UpAdopt:
+		ev.kind, ev.req, ev.box, ev.at = evSubmit, *u.Request, box, time.Now()
+		ev.req.ID = id
+		if u.Kind == peer.UpAdopt {
+			ev.kind, ev.booking = evAdopt, *u.Booking
+		}
+	case peer.UpRelease:
+		ev.kind = evRelease
+	case peer.UpFirstToken:
+		ev.kind = evFirstToken
+	case peer.UpServed:
+		ev.kind = evServed
+	case peer.UpUsage:
+		ev.kind = evUsage
+	case peer.UpHello:
+	}
+	return ev
+}
+
+// releaseAll releases every request of a front whose stream ended. The
+// dispatcher takes them even after the stream's context ended; only its
+// own end stops them.
+func (p *peerDesk) releaseAll(f *frontConn) {
+	for _, gid := range f.ids {
+		_ = p.s.disp.send(context.Background(), event{kind: evRelease, id: gid})
+	}
+	if n := len(f.ids); n > 0 {
+		p.s.log.Info("front unlinked; its requests released", "front", f.name, "requests", n)
+	}
+	clear(f.ids)
+}
+
+// localLink is the relay's link to this replica's own dispatcher: the
+// same messages as the peer channel, without a hop.
+func (s *Server) localLink(gen uint64) *link {
+	r := s.relay
+	return newLink(gen, "", func(u *peer.Up) error {
+		if u.Kind == peer.UpHello {
+			return nil
+		}
+		return s.disp.send(context.Background(), eventOf(u, u.ID, relayBox{r, gen, u.ID}))
+	}, nil)
+}
+
+// relayBox receives the local dispatcher's notices for a relayed request.
+type relayBox struct {
+	r   *relay
+	gen uint64
+	id  uint64
+}
+
+func (b relayBox) put(n notice) bool {
+	b.r.notice(b.gen, b.id, n)
+	return true
+}
