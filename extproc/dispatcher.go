@@ -121,6 +121,8 @@ const (
 	evUsage
 	// evAdopt: a front re-registers an in-flight request (replica mode).
 	evAdopt
+	// evSynced: front has re-registered all it holds (replica mode).
+	evSynced
 )
 
 // event is one message to the dispatcher.
@@ -142,6 +144,10 @@ type event struct {
 	prompt, completion uint64
 	// evAdopt: where the request runs.
 	booking sched.Booking
+	// evSynced: the front; evActive (replica mode): the fronts whose
+	// re-registration the new term waits for.
+	front  string
+	fronts []string
 	// evSubmit and evRoute: the request's endpoint subset, nil for none.
 	subset *subset
 	// evEngine.
@@ -196,6 +202,9 @@ type dispatcher struct {
 	settle      time.Duration
 	settleUntil time.Time
 	held        []event
+	// expect lists the fronts the settle window still waits for; it ends
+	// early once none is left.
+	expect map[string]bool
 }
 
 // dispatcherHooks are the dispatcher's observers; each may be nil. They
@@ -303,9 +312,15 @@ func (d *dispatcher) handle(ev event) {
 		d.state.workers = len(ev.workers.Sched)
 		d.publish()
 		ev.reply <- reply{ok: true}
+	case evSynced:
+		delete(d.expect, ev.front)
+		if len(d.expect) == 0 && now.Before(d.settleUntil) {
+			d.settleUntil = now
+			d.release(now)
+		}
 	case evActive:
 		if d.fresh != nil {
-			d.reset(now, ev.active)
+			d.reset(now, ev.active, ev.fronts)
 		} else {
 			d.setActive(now, ev.active)
 		}
@@ -374,8 +389,9 @@ func (d *dispatcher) setActive(now time.Time, active bool) {
 // last report. Nothing is answered: the requests belong to the fronts,
 // which re-register them with whichever replica schedules next. The
 // fronts' streams have ended and the local link is closed before this
-// runs, so no event of the old term follows.
-func (d *dispatcher) reset(now time.Time, active bool) {
+// runs, so no event of the old term follows. A new term holds submits
+// until every front of fronts has re-registered, at most d.settle.
+func (d *dispatcher) reset(now time.Time, active bool, fronts []string) {
 	sch, err := d.fresh(d.workers.Sched)
 	if err != nil {
 		d.log.Error("cannot build a fresh scheduler; keeping the old one", "error", err)
@@ -387,8 +403,15 @@ func (d *dispatcher) reset(now time.Time, active bool) {
 	clear(d.held)
 	d.held = d.held[:0]
 	d.settleUntil = time.Time{}
+	clear(d.expect)
 	if active {
 		d.settleUntil = now.Add(d.settle)
+		if d.expect == nil {
+			d.expect = make(map[string]bool, len(fronts))
+		}
+		for _, f := range fronts {
+			d.expect[f] = true
+		}
 	}
 	if active != d.state.standby {
 		return

@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,13 +54,17 @@ func (p *peerDesk) setActive(ctx context.Context, active bool) error {
 	p.active = active
 	var ending []*frontConn
 	if !active {
+		// The last word to each front: this replica stays on as a front,
+		// so the next scheduler waits for its re-registration too.
+		p.broadcast(p.identity)
 		for f := range p.fronts {
 			ending = append(ending, f)
 		}
 	}
 	p.mu.Unlock()
 	for _, f := range ending {
-		f.cancel()
+		f.finish()
+		time.AfterFunc(peerFlushTimeout, f.cancel)
 	}
 	if active {
 		return nil
@@ -74,6 +79,10 @@ func (p *peerDesk) setActive(ctx context.Context, active bool) error {
 	}
 }
 
+// peerFlushTimeout bounds how long a front's stream may take to send its
+// last messages when the scheduler's role ends.
+const peerFlushTimeout = time.Second
+
 // frontConn is one front's stream at the scheduler.
 type frontConn struct {
 	name   string
@@ -85,6 +94,19 @@ type frontConn struct {
 	mu    sync.Mutex
 	out   []peer.Down
 	ready chan struct{}
+	// last: once out is sent, the stream ends.
+	last bool
+}
+
+// finish ends the stream once what is queued has been sent.
+func (f *frontConn) finish() {
+	f.mu.Lock()
+	f.last = true
+	f.mu.Unlock()
+	select {
+	case f.ready <- struct{}{}:
+	default:
+	}
 }
 
 // push queues a message to the front; it never blocks.
@@ -144,10 +166,10 @@ func (s *Server) ServePeer(st peer.ServerStream) error {
 		p.forget(f)
 		return err
 	}
-	f.name = hello.Front
+	f.push(peer.Down{Kind: peer.DownWelcome, Scheduler: p.identity})
+	p.named(f, hello.Front)
 	s.replica.fronts.Inc()
 	s.log.Info("front linked", "front", f.name)
-	f.push(peer.Down{Kind: peer.DownWelcome, Scheduler: p.identity})
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -188,8 +210,39 @@ func (p *peerDesk) receive(ctx context.Context, st peer.ServerStream, f *frontCo
 func (p *peerDesk) forget(f *frontConn) {
 	p.mu.Lock()
 	delete(p.fronts, f)
+	if p.active {
+		p.broadcast()
+	}
 	p.mu.Unlock()
 	p.serving.Done()
+}
+
+// named records f's name and tells every front the new list.
+func (p *peerDesk) named(f *frontConn, name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f.name = name
+	p.broadcast()
+}
+
+// broadcast sends every named front the list of named fronts (at most
+// peer.MaxFronts of them) and also, the names in also, so that whichever
+// of them schedules next knows whose re-registration to wait for. p.mu is
+// held.
+func (p *peerDesk) broadcast(also ...string) {
+	names := slices.Clone(also)
+	for f := range p.fronts {
+		if f.name != "" && len(names) < peer.MaxFronts {
+			names = append(names, f.name)
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	for f := range p.fronts {
+		if f.name != "" {
+			f.push(peer.Down{Kind: peer.DownFronts, Fronts: names})
+		}
+	}
 }
 
 // recvHello waits for the front's Hello, at most peerHelloTimeout.
@@ -233,6 +286,7 @@ func sendFront(ctx context.Context, st peer.ServerStream, f *frontConn, cancel c
 		}
 		f.mu.Lock()
 		batch, f.out = f.out, batch[:0]
+		last := f.last
 		f.mu.Unlock()
 		for i := range batch {
 			if err := st.Send(&batch[i]); err != nil {
@@ -241,6 +295,10 @@ func sendFront(ctx context.Context, st peer.ServerStream, f *frontConn, cancel c
 			}
 		}
 		clear(batch)
+		if last {
+			cancel()
+			return
+		}
 	}
 }
 
@@ -249,6 +307,9 @@ func sendFront(ctx context.Context, st peer.ServerStream, f *frontConn, cancel c
 func (p *peerDesk) take(ctx context.Context, f *frontConn, u *peer.Up) error {
 	if u.Kind == peer.UpHello {
 		return status.Error(codes.InvalidArgument, "tollgate: a second hello")
+	}
+	if u.Kind == peer.UpSynced {
+		return p.s.disp.send(ctx, event{kind: evSynced, front: f.name})
 	}
 	gid, known := f.ids[u.ID]
 	switch u.Kind {
@@ -261,7 +322,7 @@ func (p *peerDesk) take(ctx context.Context, f *frontConn, u *peer.Up) error {
 		}
 		gid = remoteIDBit | p.ids.Add(1)
 		f.ids[u.ID] = gid
-	case peer.UpRelease, peer.UpHello, peer.UpFirstToken, peer.UpServed, peer.UpUsage:
+	case peer.UpRelease, peer.UpHello, peer.UpFirstToken, peer.UpServed, peer.UpUsage, peer.UpSynced:
 	}
 	if gid == 0 {
 		return nil // a request the scheduler does not have (any more)
@@ -294,7 +355,7 @@ func eventOf(u *peer.Up, id uint64, box noticeBox) event {
 		ev.kind = evServed
 	case peer.UpUsage:
 		ev.kind = evUsage
-	case peer.UpHello:
+	case peer.UpHello, peer.UpSynced:
 	}
 	return ev
 }
@@ -319,6 +380,9 @@ func (s *Server) localLink(gen uint64) *link {
 	return newLink(gen, "", func(u *peer.Up) error {
 		if u.Kind == peer.UpHello {
 			return nil
+		}
+		if u.Kind == peer.UpSynced {
+			return s.disp.send(context.Background(), event{kind: evSynced, front: r.cfg.Identity})
 		}
 		return s.disp.send(context.Background(), eventOf(u, u.ID, relayBox{r, gen, u.ID}))
 	}, nil)

@@ -53,7 +53,9 @@ type relay struct {
 	lost time.Time
 	// failedAddr is the last address a dial failed for (logged once).
 	failedAddr string
-	wake       chan struct{}
+	// fronts are the replicas linked to the scheduler, as it last said.
+	fronts []string
+	wake   chan struct{}
 }
 
 // relayed is one request the relay holds.
@@ -217,6 +219,15 @@ func (r *relay) connect(l *link) {
 		e.sent = true
 		l.push(peer.Up{Kind: peer.UpSubmit, ID: q.ID, Request: &q})
 	}
+	l.push(peer.Up{Kind: peer.UpSynced})
+}
+
+// knownFronts returns the replicas the last scheduler had linked, with
+// this one: whose re-registration a new term of this replica waits for.
+func (r *relay) knownFronts() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append(slices.Clone(r.fronts), r.cfg.Identity)
 }
 
 // disconnect drops the current link, if it is gen, and returns it for the
@@ -413,6 +424,12 @@ func (r *relay) receive(gen uint64, cs peer.ClientStream) {
 			r.fail(gen, err)
 			return
 		}
+		if d.Kind == peer.DownFronts {
+			r.mu.Lock()
+			r.fronts = d.Fronts
+			r.mu.Unlock()
+			continue
+		}
 		if n, ok := noticeOf(d); ok {
 			r.notice(gen, d.ID, n)
 		}
@@ -470,7 +487,7 @@ func noticeOf(d *peer.Down) (notice, bool) {
 	case peer.DownDecided:
 		dc := d.Decision
 		return notice{kind: noticeDecided, decision: &decision{action: dc.Action, target: dc.Target, unknownModel: dc.UnknownModel}}, true
-	case peer.DownWelcome:
+	case peer.DownWelcome, peer.DownFronts:
 	}
 	return notice{}, false
 }

@@ -155,7 +155,8 @@ func (s *Server) freshScheduler(ws []sched.Worker) (scheduler, error) {
 // the next scheduler.
 func (s *Server) setReplicaActive(ctx context.Context, active bool) error {
 	if active {
-		if _, err := s.control(ctx, event{kind: evActive, active: true}); err != nil && !errors.Is(err, errStopped) {
+		ev := event{kind: evActive, active: true, fronts: s.relay.knownFronts()}
+		if _, err := s.control(ctx, ev); err != nil && !errors.Is(err, errStopped) {
 			return err
 		}
 		if err := s.desk.setActive(ctx, true); err != nil {

@@ -8,10 +8,8 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -308,18 +306,27 @@ func (d *discoveryOptions) needsKube() bool {
 // in-cluster service account, and starts discovery and leader election
 // over them (see discoveryOptions.start). With --discovery=static and no
 // --leader-elect it does nothing.
-func startDiscovery(ctx context.Context, o *options, srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) error {
+func startDiscovery(ctx context.Context, o *options, srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) (handover, error) {
 	d := &o.discovery
 	var clients kubeClients
 	if d.needsKube() {
 		klog.SetSlogLogger(log.With("component", "client-go"))
 		var err error
 		if clients, err = d.clients(); err != nil {
-			return err
+			return noHandover, err
 		}
 	}
 	return d.start(ctx, clients, srv, log, wg)
 }
+
+// handover ends leader election at shutdown: the elected replica resigns
+// (releases the Lease, deletes its etcd key), so another one takes over
+// at once, and the call returns once the election has stopped or ctx
+// ended.
+type handover func(ctx context.Context)
+
+// noHandover is the handover without leader election.
+func noHandover(context.Context) {}
 
 // clients builds the clients the flags call for.
 func (d *discoveryOptions) clients() (kubeClients, error) {
@@ -344,32 +351,32 @@ func (d *discoveryOptions) clients() (kubeClients, error) {
 // InferenceObjectives and InferenceModelRewrites, feeding srv.SetObjectives
 // and srv.SetModelRewrites, which merge what is found under
 // --objective-class and --model-rewrite; and with --leader-elect leader
-// election, which switches srv between standby and active. Nothing starts
-// unless every part could be built. Goroutines are added to wg and end
-// with ctx.
-func (d *discoveryOptions) start(ctx context.Context, clients kubeClients, srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) error {
+// election, which switches srv between standby and active, and which the
+// returned handover ends. Nothing starts unless every part could be built.
+// Goroutines are added to wg and end with ctx.
+func (d *discoveryOptions) start(ctx context.Context, clients kubeClients, srv *extproc.Server, log *slog.Logger, wg *sync.WaitGroup) (handover, error) {
 	if !d.needsKube() && !d.leaderElect {
-		return nil
+		return noHandover, nil
 	}
 	if d.leaderElect {
 		// A standby until the Lease says otherwise. This only fails when
 		// ctx has ended, and then nothing is served anyway.
 		if err := srv.SetActive(ctx, false); err != nil {
-			return fmt.Errorf("leader election: %w", err)
+			return noHandover, fmt.Errorf("leader election: %w", err)
 		}
 	}
 	src, err := d.source(clients, srv, log)
 	if err != nil {
-		return err
+		return noHandover, err
 	}
 	poolObjects, err := d.poolObjectSources(clients.dynamic, srv, log)
 	if err != nil {
-		return err
+		return noHandover, err
 	}
 	var el elector
 	if d.leaderElect {
 		if el, err = d.elector(clients, srv, log.With("component", "leader-election")); err != nil {
-			return err
+			return noHandover, err
 		}
 	}
 	if src != nil {
@@ -378,31 +385,27 @@ func (d *discoveryOptions) start(ctx context.Context, clients kubeClients, srv *
 	for _, o := range poolObjects {
 		wg.Go(func() { _ = o.Run(ctx) })
 	}
-	if el != nil {
-		// On SIGTERM or SIGINT the leader releases the Lease at once, so a
-		// standby takes over while this replica drains its admitted
-		// requests; otherwise the Lease would stay held (and nobody would
-		// admit) until the drain ended.
-		electCtx, stepDown := context.WithCancel(ctx)
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
-		wg.Go(func() {
-			defer signal.Stop(sig)
-			select {
-			case <-sig:
-				log.Info("shutting down: handing over the scheduler role")
-				stepDown()
-			case <-electCtx.Done():
-			}
-		})
-		wg.Go(func() {
-			defer stepDown()
-			if err := el.Run(electCtx); err != nil {
-				log.Error("leader election stopped", "error", err)
-			}
-		})
+	if el == nil {
+		return noHandover, nil
 	}
-	return nil
+	electCtx, stepDown := context.WithCancel(ctx)
+	elected := make(chan struct{})
+	wg.Go(func() {
+		defer close(elected)
+		defer stepDown()
+		if err := el.Run(electCtx); err != nil {
+			log.Error("leader election stopped", "error", err)
+		}
+	})
+	return func(ctx context.Context) {
+		log.Info("shutting down: handing over the scheduler role")
+		stepDown()
+		select {
+		case <-elected:
+		case <-ctx.Done():
+			log.Warn("leader election still stopping", "error", ctx.Err())
+		}
+	}, nil
 }
 
 // source builds the worker source of --discovery, or nil for static.

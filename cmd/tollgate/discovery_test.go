@@ -88,7 +88,7 @@ func startWired(t *testing.T, o *options, clients kubeClients, srv *extproc.Serv
 		cancel()
 		wg.Wait()
 	})
-	if err := o.discovery.start(ctx, clients, srv, log, &wg); err != nil {
+	if _, err := o.discovery.start(ctx, clients, srv, log, &wg); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -218,10 +218,10 @@ func TestDiscoveryStart_EndpointSlices(t *testing.T) {
 func TestDiscoveryStart_StaticNeedsNoCluster(t *testing.T) {
 	o, srv, log, _ := discoveryServer(t, "--workers", writeFile(t, "workers.yaml", twoWorkers))
 	var wg sync.WaitGroup
-	if err := startDiscovery(context.Background(), o, srv, log, &wg); err != nil {
+	if _, err := startDiscovery(context.Background(), o, srv, log, &wg); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.discovery.start(context.Background(), kubeClients{}, srv, log, &wg); err != nil {
+	if _, err := o.discovery.start(context.Background(), kubeClients{}, srv, log, &wg); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -232,7 +232,7 @@ func TestDiscoveryStart_StaticNeedsNoCluster(t *testing.T) {
 func TestDiscoveryStart_ReportsMissingClients(t *testing.T) {
 	o, srv, log, _ := discoveryServer(t, "--discovery=inferencepool", "--pool=llm/pool")
 	var wg sync.WaitGroup
-	err := o.discovery.start(context.Background(), kubeClients{core: fake.NewClientset()}, srv, log, &wg)
+	_, err := o.discovery.start(context.Background(), kubeClients{core: fake.NewClientset()}, srv, log, &wg)
 	if err == nil || !strings.Contains(err.Error(), "a dynamic client is required") {
 		t.Errorf("error %v, want a missing dynamic client", err)
 	}

@@ -18,7 +18,12 @@ import (
 	"github.com/tollgate/tollgate/sched"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(asMain) == "1" {
+		main() // a replica of the failover tests
+	}
+	goleak.VerifyTestMain(m)
+}
 
 var update = flag.Bool("update", false, "rewrite the flag reference in docs/flags.md from --help")
 

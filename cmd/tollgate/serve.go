@@ -116,7 +116,6 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 	wg.Go(func() { errc <- ignoreClosed(hs.Serve(ml)) })
 	if pgs != nil {
 		wg.Go(func() { _ = pgs.Serve(pl) })
-		defer pgs.Stop()
 	}
 
 	if o.workersFile != "" {
@@ -138,7 +137,8 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 			}
 		})
 	}
-	if err := startDiscovery(runCtx, o, srv, log, &wg); err != nil {
+	handOver, err := startDiscovery(runCtx, o, srv, log, &wg)
+	if err != nil {
 		stopRun()
 		_ = hs.Close()
 		gs.Stop()
@@ -164,10 +164,16 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 	// streams until then, and the listeners get what is left.
 	deadline := time.Now().Add(max(st.cfg.DrainDelay, 0) + st.cfg.ShutdownTimeout)
 	drainCtx, cancel := context.WithDeadline(context.Background(), deadline)
+	// The scheduler's role goes first, so another replica takes over
+	// while this one drains.
+	handOver(drainCtx)
 	if err := srv.Drain(drainCtx); err != nil {
 		log.Warn("drain incomplete", "error", err)
 	}
 	stopGRPC(gs, time.Until(deadline))
+	if pgs != nil {
+		pgs.Stop()
+	}
 	if err := hs.Shutdown(drainCtx); err != nil {
 		_ = hs.Close()
 	}

@@ -130,6 +130,7 @@ func allUps() []*Up {
 		{Kind: UpFirstToken, ID: 4},
 		{Kind: UpServed, ID: 5, Worker: "worker-c", Rank: 2},
 		{Kind: UpUsage, ID: 6, Prompt: 2048, Completion: 512},
+		{Kind: UpSynced},
 	}
 }
 
@@ -140,6 +141,7 @@ func allDowns() []*Down {
 		{Kind: DownQueued, ID: 1},
 		{Kind: DownDecided, ID: 2, Decision: &Decision{Action: sampleAction(), Target: sampleTarget(), UnknownModel: true}},
 		{Kind: DownPreempted, ID: 3},
+		{Kind: DownFronts, Fronts: []string{"tollgate-0", "tollgate-2"}},
 	}
 }
 

@@ -29,6 +29,9 @@ const (
 	UpServed
 	// UpUsage: the worker reported Prompt and Completion tokens for ID.
 	UpUsage
+	// UpSynced: the front has re-registered everything it holds (it
+	// follows the burst after a link). No ID.
+	UpSynced
 	numUpKinds
 )
 
@@ -64,6 +67,10 @@ const (
 	DownDecided
 	// DownPreempted: request ID, in flight, was chosen as a victim.
 	DownPreempted
+	// DownFronts: Fronts lists the replicas linked to the scheduler now
+	// (sent to every front when it changes), so that the next scheduler
+	// knows whose re-registration to wait for. No ID.
+	DownFronts
 	numDownKinds
 )
 
@@ -75,6 +82,8 @@ type Down struct {
 	Scheduler string `json:"scheduler,omitempty"`
 	// DownDecided.
 	Decision *Decision `json:"decision,omitempty"`
+	// DownFronts.
+	Fronts []string `json:"fronts,omitempty"`
 }
 
 // Decision is the scheduler's dispatch or reject of one request, with the

@@ -25,10 +25,12 @@ const (
 	MaxAllowedWorkers = 4096
 	// MaxRequiredTaints bounds Request.RequiredTaints.
 	MaxRequiredTaints = 64
+	// MaxFronts bounds Down.Fronts.
+	MaxFronts = 256
 )
 
 var upKindNames = [numUpKinds]string{
-	"up_kind(0)", "hello", "submit", "adopt", "release", "first_token", "served", "usage",
+	"up_kind(0)", "hello", "submit", "adopt", "release", "first_token", "served", "usage", "synced",
 }
 
 // String returns the kind's snake_case name; out of range it returns
@@ -40,7 +42,7 @@ func (k UpKind) String() string {
 	return "up_kind(" + strconv.Itoa(int(k)) + ")"
 }
 
-var downKindNames = [numDownKinds]string{"down_kind(0)", "welcome", "queued", "decided", "preempted"}
+var downKindNames = [numDownKinds]string{"down_kind(0)", "welcome", "queued", "decided", "preempted", "fronts"}
 
 // String returns the kind's snake_case name; out of range it returns
 // "down_kind(N)".
@@ -66,7 +68,7 @@ func (u *Up) validate() error {
 	if k < UpHello || k >= numUpKinds {
 		return errors.New("kind out of range")
 	}
-	if (k == UpHello) != (u.ID == 0) {
+	if (k == UpHello || k == UpSynced) != (u.ID == 0) {
 		return fmt.Errorf("id %d", u.ID)
 	}
 	switch {
@@ -100,7 +102,7 @@ func (u *Up) validate() error {
 		return validateBooking(u.Booking)
 	case UpServed:
 		return checkName("worker", u.Worker, MaxStringBytes)
-	case UpRelease, UpFirstToken, UpUsage:
+	case UpRelease, UpFirstToken, UpUsage, UpSynced:
 	}
 	return nil
 }
@@ -160,7 +162,7 @@ func (d *Down) validate() error {
 	if k < DownWelcome || k >= numDownKinds {
 		return errors.New("kind out of range")
 	}
-	if (k == DownWelcome) != (d.ID == 0) {
+	if (k == DownWelcome || k == DownFronts) != (d.ID == 0) {
 		return fmt.Errorf("id %d", d.ID)
 	}
 	switch {
@@ -168,6 +170,8 @@ func (d *Down) validate() error {
 		return errors.New("scheduler set")
 	case d.Decision != nil && k != DownDecided:
 		return errors.New("decision set")
+	case d.Fronts != nil && k != DownFronts:
+		return errors.New("fronts set")
 	}
 	switch k {
 	case DownWelcome:
@@ -180,6 +184,15 @@ func (d *Down) validate() error {
 			return err
 		}
 		return validateTarget("target", &d.Decision.Target, sched.MaxFallbacks)
+	case DownFronts:
+		if len(d.Fronts) > MaxFronts {
+			return fmt.Errorf("%d fronts, more than %d", len(d.Fronts), MaxFronts)
+		}
+		for _, f := range d.Fronts {
+			if err := checkName("front", f, MaxIdentityBytes); err != nil {
+				return err
+			}
+		}
 	case DownQueued, DownPreempted:
 	}
 	return nil

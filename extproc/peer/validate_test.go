@@ -132,6 +132,11 @@ func TestDownValidate(t *testing.T) {
 		{"queued", &Down{Kind: DownQueued, ID: 1}, ""},
 		{"queued id 0", &Down{Kind: DownQueued}, "id 0"},
 		{"preempted", &Down{Kind: DownPreempted, ID: 1}, ""},
+		{"fronts", &Down{Kind: DownFronts, Fronts: []string{"a", "b"}}, ""},
+		{"fronts with id", &Down{Kind: DownFronts, ID: 1, Fronts: []string{"a"}}, "id 1"},
+		{"empty front", &Down{Kind: DownFronts, Fronts: []string{""}}, "no front"},
+		{"fronts over", &Down{Kind: DownFronts, Fronts: make([]string, MaxFronts+1)}, "257 fronts"},
+		{"fronts on queued", &Down{Kind: DownQueued, ID: 1, Fronts: []string{"a"}}, "fronts set"},
 		{"scheduler on queued", &Down{Kind: DownQueued, ID: 1, Scheduler: "s"}, "scheduler set"},
 		{"decision on preempted", &Down{Kind: DownPreempted, ID: 1, Decision: &Decision{}}, "decision set"},
 		{"decided without decision", &Down{Kind: DownDecided, ID: 1}, "no decision"},
@@ -186,7 +191,7 @@ func TestKindString(t *testing.T) {
 	if got := UpUsage.String(); got != "usage" {
 		t.Errorf("UpUsage = %q", got)
 	}
-	if got := numUpKinds.String(); got != "up_kind(8)" {
+	if got := numUpKinds.String(); got != "up_kind(9)" {
 		t.Errorf("numUpKinds = %q", got)
 	}
 	if got := DownPreempted.String(); got != "preempted" {

@@ -147,6 +147,9 @@ func (c *cluster) elect(i int) {
 			}
 		}
 	}
+	// An election takes a while: the fronts hear the old scheduler's last
+	// word before another replica wins.
+	synctest.Wait()
 	if err := c.reps[i].srv.SetActive(ctx, true); err != nil {
 		c.t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func TestLeaderStepsDownWhenEtcdGoesAway(t *testing.T) {
 		return leader == a.e.cfg.Record
 	})
 
-	s.stop()
+	s.Kill()
 	d := eventually(t, 10*time.Second, "a steps down with etcd gone", func() bool {
 		return !a.f.isActive() && !a.e.Leading()
 	})
@@ -92,7 +92,7 @@ func TestLeaderStepsDownWhenEtcdGoesAway(t *testing.T) {
 		t.Error("b became active without etcd")
 	}
 
-	s.start()
+	s.Restart()
 	d = eventually(t, 20*time.Second, "someone leads after etcd restarts", func() bool {
 		return a.f.isActive() || b.f.isActive()
 	})
@@ -118,7 +118,7 @@ func TestLeaderStepsDownWhenEtcdHangs(t *testing.T) {
 
 	// A stopped etcd keeps its connections open and answers nothing: a
 	// partition, not a reset.
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := s.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	d := eventually(t, 10*time.Second, "a steps down with etcd silent", func() bool {
@@ -129,7 +129,7 @@ func TestLeaderStepsDownWhenEtcdHangs(t *testing.T) {
 		t.Error("b became active without etcd")
 	}
 
-	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := s.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	d = eventually(t, 20*time.Second, "someone leads after etcd resumes", func() bool {
@@ -147,7 +147,7 @@ func TestLeaderStepsDownWhenEtcdHangs(t *testing.T) {
 
 func TestHostileElectionValue(t *testing.T) {
 	s := startEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.clientURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

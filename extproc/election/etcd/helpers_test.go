@@ -3,123 +3,22 @@ package etcd
 import (
 	"context"
 	"log/slog"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/tollgate/tollgate/extproc/election"
+	"github.com/tollgate/tollgate/test/etcdserver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// etcdServer is a real single-member etcd (the Debian etcd-server
-// package's /usr/bin/etcd) on free loopback ports.
-type etcdServer struct {
-	t                  *testing.T
-	bin, dir, logPath  string
-	clientURL, peerURL string
-	cmd                *exec.Cmd
-}
-
-// startEtcd starts etcd and stops it when the test ends. Without the
-// binary it skips the test, or fails it when CI=true.
-func startEtcd(t *testing.T) *etcdServer {
-	t.Helper()
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("etcd not found (install the etcd-server package, hack/debian-packages.txt): %v", err)
-		}
-		t.Skipf("etcd not found (install the etcd-server package): %v", err)
-	}
-	dir := t.TempDir()
-	s := &etcdServer{
-		t:         t,
-		bin:       bin,
-		dir:       filepath.Join(dir, "data"),
-		logPath:   filepath.Join(dir, "etcd.log"),
-		clientURL: "http://" + freeAddr(t),
-		peerURL:   "http://" + freeAddr(t),
-	}
-	s.start()
-	t.Cleanup(s.stop)
-	return s
-}
-
-// freeAddr returns a loopback HOST:PORT nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// start runs etcd (again, on the same data directory and ports) and
-// waits until it is healthy.
-func (s *etcdServer) start() {
-	s.t.Helper()
-	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer logf.Close()
-	s.cmd = exec.Command(s.bin,
-		"--name", "default",
-		"--data-dir", s.dir,
-		"--listen-client-urls", s.clientURL,
-		"--advertise-client-urls", s.clientURL,
-		"--listen-peer-urls", s.peerURL,
-		"--initial-advertise-peer-urls", s.peerURL,
-		"--initial-cluster", "default="+s.peerURL,
-	)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf // files: no copying goroutines
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	hc := &http.Client{Timeout: time.Second}
-	for {
-		resp, err := hc.Get(s.clientURL + "/health")
-		if err == nil {
-			var buf [256]byte
-			n, _ := resp.Body.Read(buf[:])
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && strings.Contains(string(buf[:n]), `"true"`) {
-				hc.CloseIdleConnections()
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			out, _ := os.ReadFile(s.logPath)
-			s.t.Fatalf("etcd not healthy after 15s: %v\n%s", err, out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// stop kills etcd and reaps it.
-func (s *etcdServer) stop() {
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGKILL)
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
+// startEtcd starts a real etcd that stops when the test ends.
+func startEtcd(t *testing.T) *etcdserver.Server { return etcdserver.Start(t) }
 
 // follower records what an Elector tells it.
 type follower struct {
@@ -169,11 +68,11 @@ type run struct {
 
 // startElector runs an Elector for identity against s with short test
 // timings; the test's cleanup stops it.
-func startElector(t *testing.T, s *etcdServer, identity string, tweak ...func(*Config)) *run {
+func startElector(t *testing.T, s *etcdserver.Server, identity string, tweak ...func(*Config)) *run {
 	t.Helper()
 	f := &follower{}
 	cfg := Config{
-		Endpoints:     []string{s.clientURL},
+		Endpoints:     []string{s.ClientURL},
 		Name:          "test",
 		Record:        election.Record{Identity: identity, PeerAddr: "127.0.0.1:" + strconv.Itoa(9000+len(identity))},
 		LeaseDuration: 2 * time.Second,
