@@ -285,8 +285,11 @@ func (d *dispatcher) handle(ev event) {
 	switch ev.kind {
 	case evSubmit:
 		if now.Before(d.settleUntil) {
+			// Queued, in effect: the stream keeps Envoy's timer from
+			// firing meanwhile (a second "queued" is not passed on).
 			d.boxes[ev.id] = ev.box
 			d.held = append(d.held, ev)
+			d.tell(ev.id, notice{kind: noticeQueued})
 			break
 		}
 		d.submit(now, ev)

@@ -96,9 +96,24 @@ func (r *relay) submit(req *sched.Request, box noticeBox) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reqs[q.ID] = e
-	if r.link != nil {
-		e.sent = true
-		r.link.push(peer.Up{Kind: peer.UpSubmit, ID: q.ID, Request: &q})
+	if r.link == nil {
+		r.hold(e)
+		return
+	}
+	e.sent = true
+	r.link.push(peer.Up{Kind: peer.UpSubmit, ID: q.ID, Request: &q})
+}
+
+// hold tells a request that waits for a scheduler that it is queued: it
+// is, here, and the stream then keeps Envoy's message timer from firing
+// while no scheduler is reachable. r.mu is held.
+func (r *relay) hold(e *relayed) {
+	if e.told || e.running {
+		return
+	}
+	e.told = true
+	if !e.box.put(notice{kind: noticeQueued}) {
+		r.log.Error("notice box full; notice dropped", "request", e.req.ID, "notice", noticeQueued)
 	}
 }
 
@@ -238,6 +253,9 @@ func (r *relay) disconnect(gen uint64) *link {
 		return nil
 	}
 	r.link, r.lost = nil, time.Now()
+	for _, e := range r.reqs {
+		r.hold(e)
+	}
 	return l
 }
 
@@ -252,14 +270,13 @@ func (r *relay) setSelf(self bool) {
 		old = r.disconnect(old.gen)
 	}
 	r.self = self
-	var l *link
+	lost := r.lost
 	if self {
 		r.gen++
-		l = r.local(r.gen)
+		l := r.local(r.gen)
 		r.connect(l)
 		r.start(l)
 	}
-	lost := r.lost
 	r.mu.Unlock()
 	if old != nil {
 		old.close()
@@ -376,9 +393,9 @@ func (r *relay) dial(ctx context.Context, addr string) error {
 	}
 	r.gen++
 	l := newLink(r.gen, addr, func(u *peer.Up) error { return cs.Send(u) }, cs.Close)
+	gen, lost := r.gen, r.lost
 	r.connect(l)
 	r.start(l)
-	gen, lost := r.gen, r.lost
 	r.failedAddr = ""
 	r.mu.Unlock()
 	r.wg.Go(func() { r.receive(gen, cs) })
