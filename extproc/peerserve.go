@@ -34,6 +34,8 @@ type peerDesk struct {
 	s        *Server
 	identity string
 	ids      atomic.Uint64
+	// maxRequests bounds each front's live requests (maxFrontRequests).
+	maxRequests int
 
 	mu     sync.Mutex
 	active bool
@@ -44,7 +46,7 @@ type peerDesk struct {
 }
 
 func newPeerDesk(s *Server, identity string) *peerDesk {
-	return &peerDesk{s: s, identity: identity, fronts: make(map[*frontConn]struct{})}
+	return &peerDesk{s: s, identity: identity, maxRequests: maxFrontRequests, fronts: make(map[*frontConn]struct{})}
 }
 
 // setActive opens or closes the desk. Closing ends every front's stream
@@ -317,8 +319,8 @@ func (p *peerDesk) take(ctx context.Context, f *frontConn, u *peer.Up) error {
 		if known {
 			return status.Errorf(codes.InvalidArgument, "tollgate: request %d submitted twice", u.ID)
 		}
-		if len(f.ids) >= maxFrontRequests {
-			return status.Errorf(codes.ResourceExhausted, "tollgate: more than %d live requests from one front", maxFrontRequests)
+		if len(f.ids) >= p.maxRequests {
+			return status.Errorf(codes.ResourceExhausted, "tollgate: more than %d live requests from one front", p.maxRequests)
 		}
 		gid = remoteIDBit | p.ids.Add(1)
 		f.ids[u.ID] = gid
