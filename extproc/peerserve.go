@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -158,7 +159,7 @@ func (s *Server) ServePeer(st peer.ServerStream) error {
 	p.mu.Lock()
 	if !p.active {
 		p.mu.Unlock()
-		return status.Error(codes.FailedPrecondition, "tollgate: this replica is not the scheduler")
+		return status.Error(codes.FailedPrecondition, notScheduler(p.identity))
 	}
 	p.fronts[f] = struct{}{}
 	p.serving.Add(1)
@@ -244,6 +245,58 @@ func (p *peerDesk) broadcast(also ...string) {
 		if f.name != "" {
 			f.push(peer.Down{Kind: peer.DownFronts, Fronts: names})
 		}
+	}
+}
+
+// notScheduler is how a replica that is not the scheduler refuses a
+// front; it names the replica, so that CheckPeerAddr can tell it reached
+// itself.
+func notScheduler(identity string) string {
+	return fmt.Sprintf("tollgate: replica %q is not the scheduler", identity)
+}
+
+// CheckPeerAddr checks, before the replica campaigns, that its published
+// --peer-addr reaches its own peer listener: another replica could not
+// reach it otherwise once it is elected. It retries until ctx ends.
+func (s *Server) CheckPeerAddr(ctx context.Context) error {
+	rc := s.cfg.Replica
+	if rc == nil {
+		return nil
+	}
+	var last error
+	for {
+		last = s.reachSelf(ctx, rc)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("extproc: --peer-addr %s does not reach this replica: %w", rc.PeerAddr, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// reachSelf greets the peer listener at rc.PeerAddr and expects this
+// replica's own refusal (it is not the scheduler yet).
+func (s *Server) reachSelf(ctx context.Context, rc *ReplicaConfig) error {
+	dctx, cancel := context.WithTimeout(ctx, peerDialTimeout)
+	defer cancel()
+	cs, err := peer.Dial(dctx, rc.PeerAddr, rc.ClientTLS, rc.DialOptions...)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	_, err = greet(dctx, cs, rc.Identity)
+	switch st := status.Convert(err); {
+	case err == nil:
+		return errors.New("a scheduler answered there")
+	case st.Code() == codes.FailedPrecondition && st.Message() == notScheduler(rc.Identity):
+		return nil
+	case st.Code() == codes.FailedPrecondition:
+		return fmt.Errorf("another replica answered there: %s", st.Message())
+	default:
+		return err
 	}
 }
 

@@ -165,3 +165,25 @@ func awaitIdle(t *testing.T, s *Server) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// CheckPeerAddr tells this replica's own listener from another one's.
+func TestCheckPeerAddr(t *testing.T) {
+	s, addr := deskServer(t)
+	if err := s.SetActive(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.CheckPeerAddr(ctx); err != nil {
+		t.Fatalf("its own address: %v", err)
+	}
+	other, err := New(testConfig(func(c *Config) { c.Replica = &ReplicaConfig{Identity: "other", PeerAddr: addr} }), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := other.CheckPeerAddr(ctx); err == nil || !strings.Contains(err.Error(), `another replica answered there: tollgate: replica "scheduler" is not the scheduler`) {
+		t.Fatalf("another replica's address: %v", err)
+	}
+}

@@ -71,7 +71,10 @@ func (f *fleetTest) write(name, content string) {
 }
 
 // start runs replica id as a child process, with an Envoy in front of it.
-func (f *fleetTest) start(id string) *replicaProc {
+func (f *fleetTest) start(id string) *replicaProc { return f.startWith(id, nil) }
+
+// startWith is start with the arguments changed by edit.
+func (f *fleetTest) startWith(id string, edit func([]string) []string) *replicaProc {
 	t := f.t
 	t.Helper()
 	p := &replicaProc{id: id, grpc: freeAddr(t), metrics: freeAddr(t), peer: freeAddr(t), done: make(chan struct{})}
@@ -83,6 +86,9 @@ func (f *fleetTest) start(id string) *replicaProc {
 		"--leader-elect-lease-duration=2s", "--leader-elect-renew-deadline=1500ms", "--leader-elect-retry-period=200ms",
 		"--drain-delay=0s", "--shutdown-timeout=20s",
 	}, f.election...)
+	if edit != nil {
+		args = edit(args)
+	}
 	p.cmd = exec.Command(os.Args[0], args...)
 	p.cmd.Env = append(os.Environ(), asMain+"=1")
 	logf, err := os.Create(filepath.Join(f.dir, id+".log"))
@@ -341,4 +347,29 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// A replica whose --peer-addr does not reach its own peer listener (here
+// an address of no host) refuses to start: elected, no other replica
+// could reach it.
+func TestServe_WrongPeerAddr(t *testing.T) {
+	f := newFleetTest(t, etcdElection(t))
+	_, port, _ := net.SplitHostPort(freeAddr(t))
+	p := f.startWith("bad", func(args []string) []string {
+		for i, a := range args {
+			if a == "--peer-addr" {
+				args[i+1] = "192.0.2.1:" + port // TEST-NET-1: no host answers
+			}
+		}
+		return args
+	})
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a replica with a wrong --peer-addr is still running")
+	}
+	out, _ := os.ReadFile(filepath.Join(f.dir, "bad.log"))
+	if !strings.Contains(string(out), "--peer-addr 192.0.2.1:"+port+" does not reach this replica") || p.cmd.ProcessState.ExitCode() == 0 {
+		t.Fatalf("exit %d, log:\n%s", p.cmd.ProcessState.ExitCode(), out)
+	}
 }

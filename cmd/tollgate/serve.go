@@ -137,6 +137,21 @@ func serve(ctx context.Context, o *options, st *setup, log *slog.Logger, up list
 			}
 		})
 	}
+	if pgs != nil {
+		// Before campaigning: an elected replica that other replicas
+		// cannot reach would stop every front.
+		cctx, cancel := context.WithTimeout(ctx, peerCheckTimeout)
+		err := srv.CheckPeerAddr(cctx)
+		cancel()
+		if err != nil {
+			stopRun()
+			_ = hs.Close()
+			gs.Stop()
+			pgs.Stop()
+			wg.Wait()
+			return err
+		}
+	}
 	handOver, err := startDiscovery(runCtx, o, srv, log, &wg)
 	if err != nil {
 		stopRun()
@@ -218,6 +233,9 @@ func peerServer(ctx context.Context, o *options, srv *extproc.Server, listen lis
 	peer.Register(g, srv.ServePeer)
 	return g, l, nil
 }
+
+// peerCheckTimeout bounds the check that --peer-addr reaches this replica.
+const peerCheckTimeout = 10 * time.Second
 
 // exitMargin is how long past --drain-delay + --shutdown-timeout the
 // background work (watchers, discovery, engine adapters) may take to stop.
