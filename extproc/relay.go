@@ -336,7 +336,9 @@ func (r *relay) run(ctx context.Context) {
 	backoff := peerRetryMin
 	for {
 		r.mu.Lock()
-		addr, need := r.leader.PeerAddr, !r.self && r.link == nil
+		// A record naming this replica is stale (it resigned): the next
+		// election names another one.
+		addr, need := r.leader.PeerAddr, !r.self && r.link == nil && r.leader.Identity != r.cfg.Identity
 		r.mu.Unlock()
 		if !need || addr == "" {
 			select {
