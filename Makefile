@@ -109,7 +109,8 @@ $(GOLANGCI):
 tools: $(GOLANGCI)
 
 ## bench: the performance benchmark (not part of test): scheduler and tokenizer
-## micro-benchmarks, end-to-end load against a null ext_proc server, held-request
+## micro-benchmarks, end-to-end load against a null ext_proc server, replica
+## mode's peer hop and scheduler throughput (needs etcd), held-request
 ## memory and drain, engine-metrics scrape cost at 256 workers. Prints one table, also written to bench-out/results.md.
 ## PROFILE=1 adds CPU and allocation profiles of the server code under load.
 bench:

@@ -12,6 +12,12 @@
 //     events, each its own response body chunk (or, with OneWrite, the
 //     same events written at once), and LoadResult.MsgsSent counts the
 //     ext_proc messages, for the CPU per chunk;
+//   - several loads at once (RunLoads), each its own closed loop, their
+//     windows started together: replica mode's fronts driven together;
+//   - the interleaved driver (RunInterleaved): one closed-loop stream that
+//     visits several ext_proc servers in short blocks (InterleaveOrder),
+//     each through its own Client, with each server's latency
+//     percentiles: the servers measured over the same seconds;
 //   - the long-context driver (RunLong): long chat conversations
 //     (LongChat: a system prompt of their own, one earlier exchange, a new
 //     last turn per pass) sent one at a time to several ext_proc servers
@@ -41,8 +47,8 @@
 //
 // # Concurrency
 //
-// Upstream and LongChat are safe for concurrent use. RunLoad and RunHold
-// start their own goroutines and wait for all of them before returning;
-// RunLong sends from the calling goroutine. The parsing and
+// Upstream and LongChat are safe for concurrent use. RunLoad, RunLoads
+// and RunHold start their own goroutines and wait for all of them before
+// returning; RunLong and RunInterleaved send from the calling goroutine. The parsing and
 // report functions are pure.
 package bench

@@ -44,10 +44,17 @@ type options struct {
 	chunkGap    time.Duration
 	chunkConc   int
 	chunkRounds int
+	// The replicas phase.
+	replicaRounds   int
+	replicaRequests int
+	replicaWarmup   int
+	replicaBlock    int
+	replicaConc     int
+	replicaDuration time.Duration
 }
 
 // phases are the names -skip accepts.
-var phases = []string{"sched", "e2e", "long-context", "response-chunks", "held", "tokenize", "model-tokenize", "engine", "kvevents"}
+var phases = []string{"sched", "e2e", "replicas", "long-context", "response-chunks", "held", "tokenize", "model-tokenize", "engine", "kvevents"}
 
 // runner is one run: its options, scratch directories, progress clock,
 // the binaries it built and the report it fills.
@@ -93,6 +100,12 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.DurationVar(&o.chunkGap, "chunk-gap", time.Millisecond, "the upstream's pause before each token event")
 	fs.IntVar(&o.chunkConc, "chunk-concurrency", 16, "streams in flight in the response-chunk phase")
 	fs.IntVar(&o.chunkRounds, "chunk-rounds", 5, "rounds of the response-chunk phase (medians are reported)")
+	fs.IntVar(&o.replicaRounds, "replica-rounds", 3, "rounds of the replicas phase (medians are reported)")
+	fs.IntVar(&o.replicaRequests, "replica-requests", 3000, "replicas phase, hop: measured requests per server, split evenly between the rounds (one stream)")
+	fs.IntVar(&o.replicaWarmup, "replica-warmup-requests", 100, "replicas phase, hop: unmeasured requests per server at the start of each round")
+	fs.IntVar(&o.replicaBlock, "replica-block", 50, "replicas phase, hop: requests sent to one server before the stream moves on")
+	fs.IntVar(&o.replicaConc, "replica-concurrency", 32, "replicas phase, throughput: streams per front (the single replica gets three times as many)")
+	fs.DurationVar(&o.replicaDuration, "replica-duration", 2*time.Second, "replicas phase, throughput: measured window of each run (after -warmup)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -141,6 +154,9 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if o.chunks < 2 || o.chunkGap < 0 || o.chunkConc <= 0 || o.chunkRounds <= 0 {
 		return errors.New("-chunks must be at least 2, -chunk-concurrency and -chunk-rounds positive, -chunk-gap not negative")
 	}
+	if o.replicaRounds <= 0 || o.replicaRequests <= 0 || o.replicaWarmup < 0 || o.replicaBlock <= 0 || o.replicaConc <= 0 || o.replicaDuration <= 0 {
+		return errors.New("-replica-rounds, -replica-requests, -replica-block, -replica-concurrency and -replica-duration must be positive, -replica-warmup-requests not negative")
+	}
 	if _, err := os.Stat("go.mod"); err != nil {
 		return errors.New("run from the repository root (no go.mod here)")
 	}
@@ -152,6 +168,7 @@ func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer os.RemoveAll(r.tmp)
 	r.phase(ctx, "sched", r.schedPhase)
 	r.phase(ctx, "e2e", r.e2ePhase)
+	r.phase(ctx, "replicas", r.replicasPhase)
 	r.phase(ctx, "long-context", r.longContextPhase)
 	r.phase(ctx, "response-chunks", r.responseChunksPhase)
 	r.phase(ctx, "held", r.heldPhase)

@@ -26,6 +26,8 @@ Usage:
   tollbench load [flags]    one end-to-end load measurement, JSON on stdout
   tollbench hold [flags]    one held-request measurement, JSON on stdout
   tollbench longctx [flags] one long-context measurement, JSON on stdout
+  tollbench interleave [flags] one stream through several servers in turn, JSON on stdout
+  tollbench loads [flags]   several loads at once, JSON on stdout
   tollbench serve [flags]   the profiling harness: extproc.Server with /debug/pprof/
 `
 
@@ -46,6 +48,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runHold(ctx, args, stdout, stderr)
 	case "longctx":
 		return runLongCtx(ctx, args, stdout, stderr)
+	case "interleave":
+		return runInterleave(ctx, args, stdout, stderr)
+	case "loads":
+		return runLoads(ctx, args, stdout, stderr)
 	case "serve":
 		return runServe(ctx, args, stderr)
 	case "help":

@@ -104,8 +104,13 @@ const (
 	heldGoroutinesTarget = 1.0      // goroutines per held request
 )
 
+// replicaHopTarget bounds the decision latency a front adds over the
+// scheduler's own replica (p50, one stream, loopback).
+const replicaHopTarget = 100 * time.Microsecond
+
 // Names of the targets outside the end-to-end phase.
 var (
+	replicaHopTargetName     = "Replica mode, 1 stream on loopback: decision p50 through a front − through the scheduler's own replica"
 	heldRSSTargetName        = fmt.Sprintf("Held requests, %s held: RSS per held request", bench.FormatCount(heldTargetSize))
 	heldGoroutinesTargetName = fmt.Sprintf("Held requests, %s held: goroutines per held request", bench.FormatCount(heldTargetSize))
 	coreAllocsTargetName     = "Scheduling core: allocations per operation (every ring, Submit+dispatch+Release and preemption benchmark)"
@@ -129,6 +134,7 @@ func newTargets() []bench.Target {
 		ts = append(ts, bench.Target{Name: g.name, Bound: "≤ +" + bench.FormatDuration(g.bound)})
 	}
 	return append(ts,
+		bench.Target{Name: replicaHopTargetName, Bound: "≤ +" + bench.FormatDuration(replicaHopTarget)},
 		bench.Target{Name: familyTargetName, Bound: fmt.Sprintf("≥ %.0f MB/s each", familyMBsTarget)},
 		bench.Target{Name: chunkCPUTargetName, Bound: "≤ " + bench.FormatDuration(chunkCPUTarget)},
 		bench.Target{Name: heldRSSTargetName, Bound: "≤ " + bench.FormatBytes(heldRSSTarget)},
