@@ -3,7 +3,7 @@
 // tollgate is for. It runs the real ext_proc server (package extproc) with
 // the real scheduler, a simulated Envoy (test/envoysim) in front of it and
 // simulated vLLM workers (test/mockworker) behind it, all on loopback, and
-// drives seven scenarios through them:
+// drives eight scenarios through them:
 //
 //   - premium: NVIDIA Dynamo's premium/regular policy-class experiment. One
 //     worker with four sequences, 320 premium and 320 regular requests of
@@ -35,8 +35,22 @@
 //     between the tenants' flows); the table gives each tenant's wait p50
 //     and p99 and its share of the service while both had requests waiting.
 //   - gateways: the premium_4x.yaml arm of premium with its requests
-//     arriving through two simulated Envoys, 3:1, in front of the one
-//     tollgate: the 4:1 split is the scheduler's whatever the ingress.
+//     arriving through two simulated Envoys, 3:1, each in front of its own
+//     tollgate replica in replica mode (extproc.Config.Replica), one of
+//     them elected the scheduler for both: the 4:1 split is the
+//     scheduler's whatever the ingress, and the table gives each
+//     gateway's part of it.
+//   - rollout: a rolling update. Three replicas in replica mode, each
+//     behind its own simulated Envoy, in front of premium's worker with
+//     premium_4x.yaml; eight premium and eight regular clients send one
+//     request at a time through all of them. Each replica in turn hands
+//     the scheduler over if it holds it (the demo plays the election:
+//     SetActive and SetLeader, as the Lease or etcd would), drains and
+//     stops while its Envoy's share goes to the other fronts, and comes
+//     back new with the same identity. The table gives the requests sent,
+//     completed and lost, the admission pause at each handover as the
+//     clients saw it beside tollgate_peer_admission_pause_seconds, and
+//     the premium:regular split while both classes had requests waiting.
 //   - pd: prefill/decode disaggregation. Four workers of 8 sequences, each
 //     running one vLLM-style shared batch (mockworker.BatchConfig: steps of
 //     at most 2,048 tokens lasting 5 ms + tokens / 40,000 per second, so
@@ -56,7 +70,8 @@
 // chart (WriteSVG) whose subtitle says what the scenario does and whose
 // panels show its result: cumulative completions per class over time, and
 // what the scenario measures (an engine queue, the cached-token estimate
-// error, time to first token), with units in the legends. Serve keeps the
+// error, time to first token, the gaps between routing answers), with
+// units in the legends. Serve keeps the
 // whole stack up behind an HTTP address for curl or an OpenAI SDK.
 //
 // The configuration files are read from disk with the same loaders the

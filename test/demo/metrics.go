@@ -3,7 +3,9 @@ package demo
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -32,8 +34,24 @@ func scrapeMetrics(ctx context.Context, addr string) (scrape, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("demo: scraping /metrics: status %d", resp.StatusCode)
 	}
+	return parseMetrics(resp.Body)
+}
+
+// scrapeHandler reads /metrics from h (Server.MetricsHandler) in-process:
+// the same text a scrape over HTTP gets.
+func scrapeHandler(h http.Handler) (scrape, error) {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if w.Code != http.StatusOK {
+		return nil, fmt.Errorf("demo: scraping /metrics: status %d", w.Code)
+	}
+	return parseMetrics(w.Body)
+}
+
+// parseMetrics parses the Prometheus text format, as Prometheus would.
+func parseMetrics(r io.Reader) (scrape, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
+	fams, err := p.TextToMetricFamilies(r)
 	if err != nil {
 		return nil, fmt.Errorf("demo: parsing /metrics: %w", err)
 	}

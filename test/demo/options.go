@@ -23,11 +23,12 @@ const (
 	ScenarioKVEvents = "kvevents"
 	ScenarioFairness = "fairness"
 	ScenarioGateways = "gateways"
+	ScenarioRollout  = "rollout"
 	ScenarioPD       = "pd"
 )
 
 // Scenarios lists the scenarios in the order ScenarioAll runs them.
-var Scenarios = []string{ScenarioPremium, ScenarioPriority, ScenarioEngine, ScenarioKVEvents, ScenarioFairness, ScenarioGateways, ScenarioPD}
+var Scenarios = []string{ScenarioPremium, ScenarioPriority, ScenarioEngine, ScenarioKVEvents, ScenarioFairness, ScenarioGateways, ScenarioRollout, ScenarioPD}
 
 // DefaultOut is the directory the charts are written to by default.
 const DefaultOut = "demo-out"

@@ -70,6 +70,13 @@ type premiumArm struct {
 	// of each gateway among the first PerClass completions.
 	Ingress      [2]int
 	GatewayFirst [2][2]int
+	// With two gateways, each talks to its own tollgate replica: Scheduler
+	// is the gateway whose replica was elected the scheduler, and Streams
+	// the ext_proc streams each replica ended OK
+	// (tollgate_extproc_streams_total), its gateway's ingress as the server
+	// counted it.
+	Scheduler int
+	Streams   [2]int
 	// Series are the cumulative completions per class over time;
 	// GatewaySeries, with two gateways, per gateway and class (premium
 	// through A, regular through A, then through B).
@@ -85,9 +92,10 @@ type premiumConfig struct {
 	stdout   io.Writer
 	terminal bool
 	log      *slog.Logger
-	// twoGateways sends the requests through two simulated Envoys in
-	// front of the one tollgate, gateway B getting every fourth request
-	// of each class (3:1 ingress); false means one Envoy.
+	// twoGateways sends the requests through two simulated Envoys, each
+	// in front of its own tollgate replica (replica mode, gateway B's
+	// replica the scheduler), gateway B getting every fourth request of
+	// each class (3:1 ingress); false means one Envoy and one tollgate.
 	twoGateways bool
 }
 
@@ -107,42 +115,27 @@ func runPremium(ctx context.Context, cfg premiumConfig) ([]*premiumArm, error) {
 // runPremiumArm runs the workload once against a fresh stack configured
 // with the router policy file at path.
 func runPremiumArm(ctx context.Context, cfg premiumConfig, path string) (*premiumArm, error) {
-	pc, err := policy.LoadRouterPolicy(path)
+	quanta, err := premiumQuanta(path)
 	if err != nil {
 		return nil, err
 	}
-	if pc.Root == nil {
-		return nil, fmt.Errorf("demo: %s has no root profile", path)
-	}
-	arm := &premiumArm{File: filepath.Base(path), PerClass: cfg.perClass}
-	for i, name := range premiumClasses {
-		for _, c := range pc.Root.Classes {
-			if c.Name == name {
-				arm.Quanta[i] = c.Quantum
-			}
-		}
-		if arm.Quanta[i] == 0 {
-			return nil, fmt.Errorf("demo: %s has no policy class %q", path, name)
-		}
-	}
+	arm := &premiumArm{File: filepath.Base(path), PerClass: cfg.perClass, Quanta: quanta}
 
-	st, err := startStack(ctx, serverSpec{routerPolicy: path, seed: cfg.seed}, workerSpec{
-		count:            1,
-		maxNumSeqs:       premiumSeqs,
-		maxBatchedTokens: premiumBatchedTokens,
-		prefillRate:      premiumPrefillRate,
-	}, cfg.speed, cfg.log)
+	spec := serverSpec{routerPolicy: path, seed: cfg.seed}
+	var st *stack
+	if cfg.twoGateways {
+		arm.Scheduler = gatewaysScheduler
+		st, err = startReplicaStack(ctx, spec, premiumWorker, cfg.speed, cfg.log, 2, gatewaysScheduler, 0)
+	} else {
+		st, err = startStack(ctx, spec, premiumWorker, cfg.speed, cfg.log)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer st.close()
 	sims := []*envoysim.Sim{st.sim}
 	if cfg.twoGateways {
-		b, err := st.addGateway()
-		if err != nil {
-			return nil, err
-		}
-		sims = append(sims, b)
+		sims = []*envoysim.Sim{st.replicas.reps[0].sim, st.replicas.reps[1].sim}
 	}
 
 	total := 2 * cfg.perClass
@@ -214,7 +207,60 @@ func runPremiumArm(ctx context.Context, cfg premiumConfig, path string) (*premiu
 		}
 	}
 	arm.WorkerFirst = workerSplit(st, cfg.perClass)
+	if cfg.twoGateways {
+		if arm.Streams, err = replicaStreams(ctx, st.replicas); err != nil {
+			return nil, err
+		}
+	}
 	return arm, nil
+}
+
+// premiumWorker is the experiment's one worker.
+var premiumWorker = workerSpec{
+	count:            1,
+	maxNumSeqs:       premiumSeqs,
+	maxBatchedTokens: premiumBatchedTokens,
+	prefillRate:      premiumPrefillRate,
+}
+
+// premiumQuanta reads the premium and regular quanta of the router policy
+// file at path.
+func premiumQuanta(path string) (q [2]uint64, err error) {
+	pc, err := policy.LoadRouterPolicy(path)
+	if err != nil {
+		return q, err
+	}
+	if pc.Root == nil {
+		return q, fmt.Errorf("demo: %s has no root profile", path)
+	}
+	for i, name := range premiumClasses {
+		for _, c := range pc.Root.Classes {
+			if c.Name == name {
+				q[i] = c.Quantum
+			}
+		}
+		if q[i] == 0 {
+			return q, fmt.Errorf("demo: %s has no policy class %q", path, name)
+		}
+	}
+	return q, nil
+}
+
+// replicaStreams drains the two replicas once the clients are done, then
+// reads how many ext_proc streams each ended OK: its gateway's ingress as
+// the server counted it.
+func replicaStreams(ctx context.Context, rs *replicaSet) (n [2]int, err error) {
+	if err := rs.drainAll(ctx); err != nil {
+		return n, err
+	}
+	for i, r := range rs.reps[:2] {
+		sc, err := scrapeHandler(r.srv.MetricsHandler())
+		if err != nil {
+			return n, err
+		}
+		n[i] = int(sc.value("tollgate_extproc_streams_total", map[string]string{"code": "OK"}))
+	}
+	return n, nil
 }
 
 // premiumSplit counts each class among the first perClass completions and

@@ -28,6 +28,9 @@ type progress struct {
 	classes  []string
 	total    int
 	rec      *recorder
+	// note, when set, is appended to every line (what the scenario is
+	// doing now); it is called on the progress goroutine.
+	note func() string
 
 	stopc chan struct{}
 	done  chan struct{}
@@ -43,11 +46,17 @@ type sample struct {
 }
 
 // startProgress starts printing progress for rec, whose total requests are
-// expected to be total, under label.
+// expected to be total (0: not known in advance), under label.
 func startProgress(w io.Writer, terminal bool, label string, classes []string, total int, rec *recorder) *progress {
+	return startProgressNote(w, terminal, label, classes, total, rec, nil)
+}
+
+// startProgressNote is startProgress with note's text at the end of each
+// line; note must be safe to call from another goroutine.
+func startProgressNote(w io.Writer, terminal bool, label string, classes []string, total int, rec *recorder, note func() string) *progress {
 	p := &progress{
 		w: w, terminal: terminal, interval: plainInterval,
-		label: label, classes: classes, total: total, rec: rec,
+		label: label, classes: classes, total: total, rec: rec, note: note,
 		stopc: make(chan struct{}), done: make(chan struct{}),
 	}
 	if terminal {
@@ -128,6 +137,15 @@ func (p *progress) format(counts []int, n int, rate float64, elapsed time.Durati
 	if final {
 		what = "req/s average"
 	}
-	fmt.Fprintf(&b, "  | %d/%d done  %.0f %s  %.1fs", n, p.total, rate, what, elapsed.Seconds())
+	if p.total > 0 {
+		fmt.Fprintf(&b, "  | %d/%d done  %.0f %s  %.1fs", n, p.total, rate, what, elapsed.Seconds())
+	} else {
+		fmt.Fprintf(&b, "  | %d done  %.0f %s  %.1fs", n, rate, what, elapsed.Seconds())
+	}
+	if p.note != nil {
+		if s := p.note(); s != "" {
+			fmt.Fprintf(&b, "  %s", s)
+		}
+	}
 	return b.String()
 }

@@ -62,3 +62,14 @@ func TestProgress_StopPrintsFinalLine(t *testing.T) {
 		t.Fatalf("output after stop %q: want a final line with the count and average rate", out)
 	}
 }
+
+func TestProgress_OpenEndedWithNote(t *testing.T) {
+	rec := newRecorder(1)
+	var buf bytes.Buffer
+	p := &progress{w: &buf, label: "rollout", classes: []string{"c"}, rec: rec, note: func() string { return "| draining tollgate-1" }}
+	rec.add(completion{class: 0})
+	p.print(rec.start.Add(time.Second), false)
+	if line := buf.String(); !strings.Contains(line, "| 1 done ") || strings.Contains(line, "1/0") || !strings.HasSuffix(line, "| draining tollgate-1\n") {
+		t.Errorf("line %q: want the count without a total, then the note", line)
+	}
+}

@@ -118,9 +118,10 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	if o.Scenario == ScenarioAll || o.Scenario == ScenarioGateways {
-		fmt.Fprintf(w, "\n== 6. One scheduler for every gateway replica\n")
+		fmt.Fprintf(w, "\n== 6. Two gateways, two tollgate replicas, one scheduler\n")
 		fmt.Fprintf(w, "The weighted premium/regular run (%s) with its requests arriving through two simulated Envoys,\n", filePremium4x)
-		fmt.Fprintf(w, "gateway B getting every fourth request of each class (3:1 ingress). Both are clients of the one tollgate.\n\n")
+		fmt.Fprintf(w, "gateway B getting every fourth request of each class (3:1 ingress). Each gateway talks to its own tollgate\n")
+		fmt.Fprintf(w, "replica in replica mode; %s, elected, schedules for both.\n\n", replicaID(gatewaysScheduler))
 		arm, err := runGateways(ctx, premiumConfig{
 			perClass: upstreamPerClass, speed: o.Speed, seed: o.Seed, examples: o.Examples,
 			stdout: w, terminal: o.Terminal, log: log,
@@ -133,8 +134,26 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	if o.Scenario == ScenarioAll || o.Scenario == ScenarioRollout {
+		fmt.Fprintf(w, "\n== 7. Rolling update: every tollgate replica replaced under load\n")
+		fmt.Fprintf(w, "%d tollgate replicas in replica mode, each behind its own simulated Envoy, in front of the premium/regular\n", rolloutReplicas)
+		fmt.Fprintf(w, "worker (%s); %d premium and %d regular clients send one request at a time through all of them. Each\n", filePremium4x, rolloutClients, rolloutClients)
+		fmt.Fprintf(w, "replica in turn hands the scheduler over if it holds it (the demo plays the election), drains and stops, its\n")
+		fmt.Fprintf(w, "Envoy's share going to the others, and a new replica with the same identity takes its place.\n\n")
+		res, err := runRollout(ctx, rolloutConfig{
+			clients: rolloutClients, steady: rolloutSteady, speed: o.Speed, seed: o.Seed, examples: o.Examples,
+			stdout: w, terminal: o.Terminal, log: log,
+		})
+		if err != nil {
+			return interrupted(ctx, err)
+		}
+		printRollout(w, res)
+		if err := writeChart(w, filepath.Join(o.Out, "rollout.svg"), rolloutChart(res)); err != nil {
+			return err
+		}
+	}
 	if o.Scenario == ScenarioAll || o.Scenario == ScenarioPD {
-		fmt.Fprintf(w, "\n== 7. Prefill/decode disaggregation: long prompts prefilled on a prefill worker\n")
+		fmt.Fprintf(w, "\n== 8. Prefill/decode disaggregation: long prompts prefilled on a prefill worker\n")
 		pdIntro(w)
 		arms, err := runPD(ctx, pdConfig{
 			requests: pdRequests, speed: o.Speed, seed: o.Seed,

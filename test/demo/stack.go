@@ -95,7 +95,9 @@ type simWorker struct {
 }
 
 // stack is one running demo deployment: the tollgate server (gRPC ext_proc
-// plus /metrics), the mock workers, and the simulated Envoy in front.
+// plus /metrics), the mock workers, and the simulated Envoy in front; or,
+// started by startReplicaStack, tollgate replicas in replica mode, each
+// behind its own simulated Envoy (srv, gs, ms and sim are then nil).
 type stack struct {
 	srv         *extproc.Server
 	gs          *grpc.Server
@@ -104,7 +106,7 @@ type stack struct {
 	metricsAddr string
 	workers     []*simWorker
 	sim         *envoysim.Sim
-	extra       []*envoysim.Sim // more gateways (addGateway)
+	replicas    *replicaSet
 
 	kv      *kvevents.Manager
 	stopRun context.CancelFunc
@@ -136,12 +138,31 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 			st = nil
 		}
 	}()
+	workers, err := st.startWorkers(ctx, ws, speed, log)
+	if err != nil {
+		return st, err
+	}
+	cfg, err := spec.build(log)
+	if err != nil {
+		return st, err
+	}
+	if ws.kvEvents {
+		if st.kv, err = kvevents.New(kvevents.Config{BlockSize: int(cfg.Sched.BlockSize), Logger: log}); err != nil {
+			return st, err
+		}
+	}
+	return st, st.startServer(ctx, cfg, workers)
+}
+
+// startWorkers starts the workers ws describes and returns them as
+// tollgate's worker set. The caller closes st on error.
+func (st *stack) startWorkers(ctx context.Context, ws workerSpec, speed float64, log *slog.Logger) ([]fleet.Worker, error) {
 	var workers []fleet.Worker
 	for i := range ws.count {
 		wi := ws.worker(i)
 		sw, err := startWorker(ctx, fmt.Sprintf("worker-%d", i), wi, speed, log)
 		if err != nil {
-			return st, err
+			return nil, err
 		}
 		st.workers = append(st.workers, sw)
 		ew := fleet.Worker{
@@ -155,17 +176,7 @@ func startStack(ctx context.Context, spec serverSpec, ws workerSpec, speed float
 		ew.KVEventsEndpoint, ew.KVEventsReplayEndpoint = sw.w.KVEventEndpoints()
 		workers = append(workers, ew)
 	}
-
-	cfg, err := spec.build(log)
-	if err != nil {
-		return st, err
-	}
-	if ws.kvEvents {
-		if st.kv, err = kvevents.New(kvevents.Config{BlockSize: int(cfg.Sched.BlockSize), Logger: log}); err != nil {
-			return st, err
-		}
-	}
-	return st, st.startServer(ctx, cfg, workers)
+	return workers, nil
 }
 
 // startServer starts the tollgate server over workers and the simulated
@@ -208,15 +219,15 @@ func (st *stack) startServer(ctx context.Context, cfg extproc.Config, workers []
 	st.wg.Go(func() { _ = st.gs.Serve(gl) })
 	st.wg.Go(func() { _ = st.ms.Serve(ml) })
 
-	st.sim, err = envoysim.New(st.gatewayConfig())
+	st.sim, err = envoysim.New(gatewayConfig(st.grpcAddr))
 	return err
 }
 
-// gatewayConfig is the simulated Envoy of every gateway replica in front
-// of st's tollgate.
-func (st *stack) gatewayConfig() envoysim.Config {
+// gatewayConfig is the simulated Envoy in front of the tollgate serving
+// ext_proc on addr.
+func gatewayConfig(addr string) envoysim.Config {
 	return envoysim.Config{
-		ExtProcAddr:       st.grpcAddr,
+		ExtProcAddr:       addr,
 		Mode:              envoyMode(),
 		MessageTimeout:    messageTimeout,
 		MaxMessageTimeout: extproc.DefaultEnvoyMaxMessageTimeout,
@@ -226,17 +237,6 @@ func (st *stack) gatewayConfig() envoysim.Config {
 		RequestAttributes:                       []string{"source.address"},
 		SendBodyWithoutWaitingForHeaderResponse: true,
 	}
-}
-
-// addGateway starts one more simulated Envoy in front of the same tollgate
-// and workers (as a second gateway replica would be); close stops it.
-func (st *stack) addGateway() (*envoysim.Sim, error) {
-	sim, err := envoysim.New(st.gatewayConfig())
-	if err != nil {
-		return nil, err
-	}
-	st.extra = append(st.extra, sim)
-	return sim, nil
 }
 
 // startWorker starts one mock worker on 127.0.0.1:0 behind a handler that
@@ -300,17 +300,20 @@ func echoEndpoint(h http.Handler) http.Handler {
 	})
 }
 
-// close stops everything in reverse order: the simulated Envoy (its side
-// streams and upstream calls end), the workers, then the tollgate server.
+// close stops everything in reverse order: the simulated Envoys (their
+// side streams and upstream calls end), the workers, then tollgate.
 func (st *stack) close() {
 	if st.sim != nil {
 		_ = st.sim.Close()
 	}
-	for _, sim := range st.extra {
-		_ = sim.Close()
+	if st.replicas != nil {
+		st.replicas.closeEnvoys()
 	}
 	for _, sw := range st.workers {
 		sw.close()
+	}
+	if st.replicas != nil {
+		st.replicas.stop()
 	}
 	if st.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

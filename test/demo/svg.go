@@ -222,6 +222,8 @@ type markerLabel struct {
 // no other label, crosses no line rising to a higher row, and is crossed
 // by none. Labels are placed from the middle outwards, so that a cluster
 // of lines gets a staircase: the outer lines rise past the inner labels.
+// The lowest row stays right of the plot's left edge, where the top y
+// tick label reaches into it.
 func placeMarkers(xs []float64, labels []string, left, right float64) []markerLabel {
 	const gap = 6
 	mid := (left + right) / 2
@@ -233,7 +235,7 @@ func placeMarkers(xs []float64, labels []string, left, right float64) []markerLa
 	out := make([]markerLabel, len(xs))
 	var done []markerLabel
 	fits := func(m markerLabel) bool {
-		if m.a < 0 || m.b > chartWidth {
+		if m.a < 0 || m.b > chartWidth || (m.row == 0 && m.a < left) {
 			return false
 		}
 		for _, p := range done {

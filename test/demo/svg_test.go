@@ -342,7 +342,7 @@ func sampleCompletions(n, weight int, step time.Duration) []completion {
 	return out
 }
 
-// sampleCharts are the demo's six charts drawn from results shaped like a
+// sampleCharts are the demo's charts drawn from results shaped like a
 // full run's at speed 1, with the largest figures the scenarios produce.
 func sampleCharts() map[string]Chart {
 	premium := func(file string, quanta [2]uint64, weight int) *premiumArm {
@@ -394,7 +394,20 @@ func sampleCharts() map[string]Chart {
 			Share:   [2]float64{1 - 0.39*float64(i), 0.39 * float64(i)}, QuietDone: 3700 * time.Millisecond,
 			Series: series(list, []string{"noisy", "quiet"}, palette)})
 	}
+	rollout := &rolloutResult{File: filePremium4x, Quanta: [2]uint64{512, 128}, Replicas: rolloutReplicas, Clients: rolloutClients,
+		Sent: 4812, OK: 4812, Both: [2]int{3801, 950}}
+	list := sampleCompletions(4812, 4, 2*time.Millisecond)
+	rollout.Series = series(list, premiumClasses, palette)
+	for i, c := range list {
+		rollout.Gaps = append(rollout.Gaps, Point{X: c.at.Seconds(), Y: float64(3 + i%20)})
+	}
+	for i, to := range []string{"tollgate-1", "tollgate-0", ""} {
+		at := time.Duration(1500+1750*i) * time.Millisecond
+		rollout.Steps = append(rollout.Steps, rollStep{Replica: replicaID(i), To: to,
+			HandoverAt: at, Pause: 312 * time.Millisecond, OutAt: at + 30*time.Millisecond, Out: 1234 * time.Millisecond})
+	}
 	return map[string]Chart{
+		"rollout":  rolloutChart(rollout),
 		"premium":  premiumChart([]*premiumArm{premium(fileEqualShare, [2]uint64{512, 512}, 1), premium(filePremium4x, [2]uint64{512, 128}, 4)}),
 		"priority": priorityChart(prio),
 		"engine":   engineChart(engine),
@@ -437,8 +450,13 @@ func TestCharts_TextsFit(t *testing.T) {
 		t.Errorf("the KV-events chart's first panel is %q; want the estimate error of both arms", kv.Panels[0].Title)
 	}
 	gw := sampleCharts()["gateways"]
-	if len(gw.Panels) != 2 || len(gw.Panels[1].Series) != 4 || !strings.Contains(gw.Title, "two gateways") || !strings.Contains(gw.Title, "3:1") {
-		t.Errorf("the gateways chart (%q, %d panels) does not show both gateways and the 3:1 ingress", gw.Title, len(gw.Panels))
+	title := strings.ToLower(gw.Title)
+	if len(gw.Panels) != 2 || len(gw.Panels[1].Series) != 4 || !strings.Contains(title, "two gateways, two tollgate replicas, one scheduler") || !strings.Contains(title, "3:1") {
+		t.Errorf("the gateways chart (%q, %d panels) does not show both gateways, their replicas and the 3:1 ingress", gw.Title, len(gw.Panels))
+	}
+	ro := sampleCharts()["rollout"]
+	if len(ro.Panels) != 2 || len(ro.Panels[0].Markers) != 2 || len(ro.Panels[1].Markers) != rolloutReplicas {
+		t.Errorf("the rollout chart (%d panels) does not mark both handovers, then each replica's roll", len(ro.Panels))
 	}
 }
 

@@ -128,6 +128,9 @@ type completion struct {
 	endpoint string
 	// gateway is the reqSpec's.
 	gateway int
+	// sent is when the request was sent, since the scenario started; only
+	// the scenarios that need it set it.
+	sent time.Duration
 }
 
 // recorder collects completions in the order the client saw them end. It
