@@ -46,20 +46,25 @@ const samplePolicies = `  routerPolicy:
     defaultMaxClass: default
 `
 
-// scenarios are the value sets every render test covers.
+// single is one pod: no leader election, no peer channel.
+const single = "replicaCount: 1\n"
+
+// scenarios are the value sets every render test covers. The default runs
+// two replicas (leader election with the peer channel); the integrations
+// and the Kubernetes discovery modes run one pod.
 var scenarios = map[string]string{
 	"default":      ``,
-	"istio":        sampleConfig + "integration: istio\n",
-	"envoyGateway": sampleConfig + "integration: envoyGateway\n",
+	"istio":        sampleConfig + single + "integration: istio\n",
+	"envoyGateway": sampleConfig + single + "integration: envoyGateway\n",
 	// The discovery modes; leader election starts with replicas.
-	"kubernetesService": discoveryConfig + `
+	"kubernetesService": discoveryConfig + single + `
 discovery:
   mode: kubernetes
   kubernetes: {service: vllm, port: http}
   defaults: {maxRunningRequests: 256, maxNumBatchedTokens: 8192, dpSize: 2, model: llama}
   debounce: 500ms
 `,
-	"kubernetesSelector": discoveryConfig + `
+	"kubernetesSelector": discoveryConfig + single + `
 integration: istio
 discovery:
   mode: kubernetes
@@ -78,6 +83,14 @@ objectiveClasses: {pinned: system}
 integration: envoyGateway
 replicaCount: 3
 leaderElection: {leaseDuration: 20s, renewDeadline: 15s, retryPeriod: 3s}
+`,
+	// Replicas elected over etcd, as Dynamo deploys it: no Kubernetes API.
+	"etcd": sampleConfig + `
+leaderElection:
+  backend: etcd
+  etcdEndpoints: "http://etcd-0.etcd:2379,http://etcd-1.etcd:2379"
+  peerPort: 9100
+  leaseDuration: 10s
 `,
 	"everything": sampleConfig + `
 integration: istio
@@ -112,14 +125,16 @@ func TestRenderKinds(t *testing.T) {
 		scenario string
 		want     []string
 	}{
-		{"default", []string{"ConfigMap", "Deployment", "NetworkPolicy", "Service", "ServiceAccount"}},
-		{"istio", []string{"ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "Service", "ServiceAccount"}},
-		{"envoyGateway", []string{"BackendTrafficPolicy", "ClientTrafficPolicy", "ConfigMap", "Deployment", "EnvoyExtensionPolicy", "NetworkPolicy", "Service", "ServiceAccount"}},
-		{"everything", []string{"ConfigMap", "ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "PodDisruptionBudget", "PrometheusRule", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
-		{"kubernetesService", []string{"ConfigMap", "Deployment", "NetworkPolicy", "Role", "RoleBinding", "Service", "ServiceAccount"}},
-		{"kubernetesSelector", []string{"ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "Role", "RoleBinding", "Service", "ServiceAccount"}},
-		{"inferencePool", []string{"ConfigMap", "Deployment", "NetworkPolicy", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"}},
-		{"leaderElection", []string{"BackendTrafficPolicy", "ClientTrafficPolicy", "ConfigMap", "Deployment", "EnvoyExtensionPolicy", "NetworkPolicy", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+		{"default", []string{"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+		{"istio", []string{"ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "PodDisruptionBudget", "Service", "ServiceAccount"}},
+		{"envoyGateway", []string{"BackendTrafficPolicy", "ClientTrafficPolicy", "ConfigMap", "Deployment", "EnvoyExtensionPolicy", "NetworkPolicy", "PodDisruptionBudget", "Service", "ServiceAccount"}},
+		{"everything", []string{"ConfigMap", "ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "PodDisruptionBudget", "PrometheusRule", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
+		{"kubernetesService", []string{"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+		{"kubernetesSelector", []string{"ConfigMap", "Deployment", "EnvoyFilter", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+		{"inferencePool", []string{"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"}},
+		{"leaderElection", []string{"BackendTrafficPolicy", "ClientTrafficPolicy", "ConfigMap", "Deployment", "EnvoyExtensionPolicy", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+		// etcd elects: no Lease, so no Role.
+		{"etcd", []string{"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service", "ServiceAccount"}},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			r := mustRender(t, values(t, scenarios[tc.scenario]))
@@ -168,8 +183,8 @@ func TestDeployment(t *testing.T) {
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
 		t.Errorf("resources = %+v; want CPU requests and a memory limit", c.Resources)
 	}
-	if gp := d.Spec.Template.Spec.TerminationGracePeriodSeconds; gp == nil || *gp <= 5+30 {
-		t.Errorf("terminationGracePeriodSeconds = %v; want more than drain delay + shutdown timeout (35)", gp)
+	if gp := d.Spec.Template.Spec.TerminationGracePeriodSeconds; gp == nil || *gp <= 5+5+30 {
+		t.Errorf("terminationGracePeriodSeconds = %v; want more than preStop sleep + drain delay + shutdown timeout (40)", gp)
 	}
 	want := map[string]string{
 		"grpc-addr":                            ":9002",

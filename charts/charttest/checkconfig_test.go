@@ -26,10 +26,11 @@ tenants:
 
 // TestRenderedConfigPassesCheckConfig runs the real `tollgate check-config`
 // on the files and arguments the chart renders, for every worker source and
-// with leader election, and on broken variants that it must reject. It runs
-// outside any cluster, with no kubeconfig and no in-cluster environment:
-// check-config validates the discovery and leader election flags without
-// contacting the API.
+// with replicas (leader election over a Lease or etcd, and the peer
+// channel), and on broken variants that it must reject. It runs outside any
+// cluster, with no kubeconfig and no in-cluster environment: check-config
+// validates the discovery and leader election flags without contacting the
+// API or etcd.
 func TestRenderedConfigPassesCheckConfig(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the tollgate binary")
@@ -51,7 +52,7 @@ func TestRenderedConfigPassesCheckConfig(t *testing.T) {
 	// The rate-limit example: SMG's legacy admission, tenant budgets and
 	// Dynamo's flat SLO classes.
 	rateLimits := readFile(t, rateLimitValues) + checkConfigTenants
-	for _, name := range []string{"static", "kubernetesService", "kubernetesSelector", "inferencePool", "leaderElection", "rateLimits", "pd"} {
+	for _, name := range []string{"static", "kubernetesService", "kubernetesSelector", "inferencePool", "leaderElection", "etcd", "rateLimits", "pd"} {
 		t.Run(name+" passes", func(t *testing.T) {
 			doc := checkConfigScenario
 			switch name {
@@ -76,6 +77,7 @@ func TestRenderedConfigPassesCheckConfig(t *testing.T) {
 		"too little capacity":        {checkConfigScenario, "max_running_requests: 128", "max_running_requests: 50", "sum of class reservations (142) exceeds capacity (100)"},
 		"bad selector":               {scenarios["kubernetesSelector"], "app=vllm,tier in (gpu)", "app in ((", `--k8s-selector: kube: label selector "app in ((": unable to parse requirement`},
 		"lease not above renew":      {scenarios["leaderElection"], "leaseDuration: 20s", "leaseDuration: 15s", "lease duration 15s must exceed the renew deadline 15s"},
+		"etcd endpoint scheme":       {scenarios["etcd"], "http://etcd-1.etcd:2379", "ftp://etcd-1.etcd:2379", `endpoint "ftp://etcd-1.etcd:2379": scheme must be http or https`},
 		"untrusted header tenant":    {rateLimits, `tenant_key: "auth:team-a"`, `tenant_key: "header:team-a"`, "tenant_key 'header:team-a' needs --trust-tenant-header"},
 		"tenant key not canonical":   {rateLimits, `tenant_key: "auth:team-a"`, `tenant_key: "team-a"`, "is not a canonical serving-path tenant key"},
 		"flat and family keys mixed": {rateLimits, "default_policy_class: standard", "default_policy_class: standard\n    default_policy_family: regular", "mixes two policy file generations"},
@@ -157,9 +159,13 @@ func materialiseAs(t *testing.T, r *rendered, pod, ns string) []string {
 	return out
 }
 
+// podIP is the address expandEnv gives every pod.
+const podIP = "10.244.1.7"
+
 // expandEnv returns c's arguments with $(VAR) references to its
 // downward-API variables expanded as the kubelet would, for a pod named pod
-// in namespace ns. A reference to any other variable fails the test.
+// in namespace ns with the address podIP. A reference to any other
+// variable fails the test.
 func expandEnv(t *testing.T, c *corev1.Container, pod, ns string) []string {
 	t.Helper()
 	var pairs []string
@@ -173,6 +179,8 @@ func expandEnv(t *testing.T, c *corev1.Container, pod, ns string) []string {
 			pairs = append(pairs, "$("+e.Name+")", pod)
 		case "metadata.namespace":
 			pairs = append(pairs, "$("+e.Name+")", ns)
+		case "status.podIP":
+			pairs = append(pairs, "$("+e.Name+")", podIP)
 		default:
 			t.Fatalf("env %s: unexpected field %s", e.Name, e.ValueFrom.FieldRef.FieldPath)
 		}

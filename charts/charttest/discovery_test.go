@@ -1,6 +1,7 @@
 package charttest
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -8,17 +9,17 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// discoveryFlags returns the worker discovery and leader election flags in
-// args by name.
+// discoveryFlags returns the worker discovery, leader election and peer
+// channel flags in args by name.
 func discoveryFlags(t *testing.T, args []string) map[string]string {
 	t.Helper()
 	got := argMap(t, args)
 	for name := range got {
 		switch {
 		case name == "discovery", name == "workers", name == "pool", name == "kubeconfig",
+			name == "peer-addr", name == "etcd-endpoints",
 			strings.HasPrefix(name, "k8s-"), strings.HasPrefix(name, "leader-elect"):
 		default:
 			delete(got, name)
@@ -27,11 +28,14 @@ func discoveryFlags(t *testing.T, args []string) map[string]string {
 	return got
 }
 
-// leaderFlags are the leader election flags of a release named tollgate in
-// the test namespace, with the given durations.
+// leaderFlags are the replica flags of a release named tollgate in the
+// test namespace: a Lease election with the given durations, and the peer
+// channel on the pod IP's port 9003.
 func leaderFlags(lease, renew, retry string) map[string]string {
 	return map[string]string{
 		"leader-elect":                "",
+		"peer-addr":                   "$(POD_IP):9003",
+		"leader-elect-backend":        "kube",
 		"leader-elect-namespace":      namespace,
 		"leader-elect-name":           "tollgate",
 		"leader-elect-identity":       "$(POD_NAME)",
@@ -39,6 +43,19 @@ func leaderFlags(lease, renew, retry string) map[string]string {
 		"leader-elect-renew-deadline": renew,
 		"leader-elect-retry-period":   retry,
 	}
+}
+
+// etcdFlags are the replica flags of the etcd scenario: no Lease namespace
+// and no renew deadline, which the etcd backend does not use.
+var etcdFlags = map[string]string{
+	"leader-elect":                "",
+	"peer-addr":                   "$(POD_IP):9100",
+	"leader-elect-backend":        "etcd",
+	"etcd-endpoints":              "http://etcd-0.etcd:2379,http://etcd-1.etcd:2379",
+	"leader-elect-name":           "tollgate",
+	"leader-elect-identity":       "$(POD_NAME)",
+	"leader-elect-lease-duration": "10s",
+	"leader-elect-retry-period":   "2s",
 }
 
 // with returns the union of maps, later ones winning.
@@ -58,7 +75,7 @@ func TestDiscoveryArgs(t *testing.T) {
 		scenario string
 		want     map[string]string
 	}{
-		{"default", static},
+		{"default", with(static, leaderFlags("15s", "10s", "2s"))},
 		{"istio", static},
 		{"kubernetesService", map[string]string{
 			"discovery":                          "kubernetes",
@@ -84,6 +101,7 @@ func TestDiscoveryArgs(t *testing.T) {
 			"k8s-debounce":                     "200ms",
 		}, leaderFlags("15s", "10s", "2s"))},
 		{"leaderElection", with(static, leaderFlags("20s", "15s", "3s"))},
+		{"etcd", with(static, etcdFlags)},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			r := mustRender(t, values(t, scenarios[tc.scenario]))
@@ -98,7 +116,7 @@ func TestDiscoveryArgs(t *testing.T) {
 		})
 	}
 	t.Run("unset defaults and debounce are left to tollgate", func(t *testing.T) {
-		r := mustRender(t, values(t, "discovery: {mode: kubernetes, kubernetes: {service: vllm}, debounce: \"\"}\n"))
+		r := mustRender(t, values(t, single+"discovery: {mode: kubernetes, kubernetes: {service: vllm}, debounce: \"\"}\n"))
 		_, c := r.deployment(t)
 		want := map[string]string{"discovery": "kubernetes", "k8s-service": namespace + "/vllm"}
 		if diff := cmp.Diff(want, discoveryFlags(t, c.Args)); diff != "" {
@@ -169,8 +187,9 @@ func TestRBAC(t *testing.T) {
 		scenario string
 		want     map[string][]rbacv1.PolicyRule
 	}{
-		{"default", map[string][]rbacv1.PolicyRule{}},
-		{"everything", map[string][]rbacv1.PolicyRule{}},
+		{"default", map[string][]rbacv1.PolicyRule{namespace + "/tollgate-leader-election": leaseRules("tollgate")}},
+		{"istio", map[string][]rbacv1.PolicyRule{}},
+		{"everything", map[string][]rbacv1.PolicyRule{namespace + "/tollgate-leader-election": leaseRules("tollgate")}},
 		{"kubernetesService", map[string][]rbacv1.PolicyRule{namespace + "/tollgate-discovery": sliceRules}},
 		// The workers' namespace holds the Role; the subject stays in the
 		// release namespace.
@@ -180,6 +199,8 @@ func TestRBAC(t *testing.T) {
 			namespace + "/tollgate-leader-election": leaseRules("tollgate"),
 		}},
 		{"leaderElection", map[string][]rbacv1.PolicyRule{namespace + "/tollgate-leader-election": leaseRules("tollgate")}},
+		// The etcd backend holds no Lease.
+		{"etcd", map[string][]rbacv1.PolicyRule{}},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			r := mustRender(t, values(t, scenarios[tc.scenario]))
@@ -227,31 +248,29 @@ func TestRBAC(t *testing.T) {
 	})
 }
 
-// TestKubeAPIAccess: the pods that talk to the API get a token, their name
-// and namespace, a startup probe a standby passes, and a rollout strategy
-// that can replace a leader; the others keep none of it.
+// TestKubeAPIAccess: the pods that talk to the API get a token; those and
+// the replicas get their name and namespace, and a startup probe a pod
+// without workers or a scheduler yet passes; the replicas also get their
+// pod IP, for the peer channel. The others keep none of it. No scenario
+// changes the Deployment's rollout strategy: every replica that reaches
+// the scheduler is ready, so the default rolling update works.
 func TestKubeAPIAccess(t *testing.T) {
 	downward := []corev1.EnvVar{
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 	}
-	leaderStrategy := appsv1.DeploymentStrategy{
-		Type: appsv1.RollingUpdateDeploymentStrategyType,
-		RollingUpdate: &appsv1.RollingUpdateDeployment{
-			MaxSurge:       new(intstr.FromString("100%")),
-			MaxUnavailable: new(intstr.FromString("100%")),
-		},
-	}
+	podIP := corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}
 	for _, tc := range []struct {
-		scenario      string
-		api, isLeader bool
+		scenario   string
+		api, elect bool
 	}{
-		{"default", false, false},
+		{"default", true, true},
 		{"istio", false, false},
 		{"kubernetesService", true, false},
 		{"kubernetesSelector", true, false},
 		{"inferencePool", true, true},
 		{"leaderElection", true, true},
+		{"etcd", false, true},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			r := mustRender(t, values(t, scenarios[tc.scenario]))
@@ -261,31 +280,29 @@ func TestKubeAPIAccess(t *testing.T) {
 				t.Errorf("automountServiceAccountToken = %v; want %v", got, tc.api)
 			}
 			var wantEnv []corev1.EnvVar
-			if tc.api {
+			if tc.api || tc.elect {
 				wantEnv = downward
+			}
+			if tc.elect {
+				wantEnv = append(slices.Clone(wantEnv), podIP)
 			}
 			if diff := cmp.Diff(wantEnv, c.Env); diff != "" {
 				t.Errorf("env (-want +got):\n%s", diff)
 			}
-			// gRPC health is SERVING only on a ready leader with workers;
-			// a standby, or a pod whose workers have not appeared yet,
-			// must still pass its startup probe.
+			// gRPC health is SERVING only on a ready pod: workers known
+			// and, with replicas, a scheduler reached. A pod waiting for
+			// either must still pass its startup probe.
 			sp := c.StartupProbe
-			if tc.api && (sp.HTTPGet == nil || sp.HTTPGet.Path != "/healthz") {
+			if slow := tc.api || tc.elect; slow && (sp.HTTPGet == nil || sp.HTTPGet.Path != "/healthz") {
 				t.Errorf("startup probe = %+v; want GET /healthz", sp.ProbeHandler)
-			}
-			if !tc.api && sp.GRPC == nil {
+			} else if !slow && sp.GRPC == nil {
 				t.Errorf("startup probe = %+v; want gRPC health", sp.ProbeHandler)
 			}
 			rp := c.ReadinessProbe
 			if rp.HTTPGet == nil || rp.HTTPGet.Path != "/readyz" || rp.PeriodSeconds != 2 {
 				t.Errorf("readiness probe = %+v every %ds; want GET /readyz every 2s", rp.ProbeHandler, rp.PeriodSeconds)
 			}
-			var wantStrategy appsv1.DeploymentStrategy
-			if tc.isLeader {
-				wantStrategy = leaderStrategy
-			}
-			if diff := cmp.Diff(wantStrategy, d.Spec.Strategy); diff != "" {
+			if diff := cmp.Diff(appsv1.DeploymentStrategy{}, d.Spec.Strategy); diff != "" {
 				t.Errorf("strategy (-want +got):\n%s", diff)
 			}
 			for _, sa := range r.serviceAccounts {
@@ -298,22 +315,24 @@ func TestKubeAPIAccess(t *testing.T) {
 }
 
 // TestLeaderElectionFollowsReplicas: leader election is on exactly when
-// asked for or, left unset, with more than one replica; several replicas
-// with it switched off are refused.
+// asked for or, left unset, with more than one replica (two by default);
+// several replicas with it switched off are refused.
 func TestLeaderElectionFollowsReplicas(t *testing.T) {
 	for _, tc := range []struct {
 		doc     string
 		want    bool
 		wantErr string
 	}{
-		{doc: "", want: false},
+		{doc: "", want: true},
 		{doc: "replicaCount: 0\n", want: false},
+		{doc: "replicaCount: 1\n", want: false},
 		{doc: "replicaCount: 2\n", want: true},
 		{doc: "replicaCount: 3\nleaderElection: {enabled: null}\n", want: true},
 		{doc: "replicaCount: 3\nleaderElection: {enabled: true}\n", want: true},
-		{doc: "leaderElection: {enabled: true}\n", want: true},
-		{doc: "leaderElection: {enabled: false}\n", want: false},
-		{doc: "replicaCount: 3\nleaderElection: {enabled: false}\n", wantErr: "replicaCount is 3 but leaderElection.enabled is false: tollgate replicas cannot run active-active"},
+		{doc: "replicaCount: 1\nleaderElection: {enabled: true}\n", want: true},
+		{doc: "replicaCount: 1\nleaderElection: {enabled: false}\n", want: false},
+		{doc: "leaderElection: {enabled: false}\n", wantErr: "replicaCount is 2 but leaderElection.enabled is false: tollgate replicas cannot each schedule on their own"},
+		{doc: "replicaCount: 3\nleaderElection: {enabled: false}\n", wantErr: "replicaCount is 3 but leaderElection.enabled is false: tollgate replicas cannot each schedule on their own"},
 	} {
 		t.Run(strings.ReplaceAll(tc.doc, "\n", " "), func(t *testing.T) {
 			if tc.wantErr != "" {
@@ -326,8 +345,9 @@ func TestLeaderElectionFollowsReplicas(t *testing.T) {
 			r := mustRender(t, values(t, tc.doc))
 			_, c := r.deployment(t)
 			_, elect := flag(c.Args, "leader-elect")
-			if elect != tc.want || (len(r.roles) == 1) != tc.want {
-				t.Errorf("--leader-elect present %v, %d Roles; want leader election %v", elect, len(r.roles), tc.want)
+			_, peer := flag(c.Args, "peer-addr")
+			if elect != tc.want || peer != tc.want || (len(r.roles) == 1) != tc.want {
+				t.Errorf("--leader-elect present %v, --peer-addr present %v, %d Roles; want leader election %v", elect, peer, len(r.roles), tc.want)
 			}
 		})
 	}

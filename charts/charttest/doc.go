@@ -2,7 +2,9 @@
 // (charts/tollgate) with the Helm libraries, for the default values, for
 // each Envoy integration, for each worker discovery mode (static,
 // Kubernetes EndpointSlices by Service or by selector, InferencePool) and
-// with leader election, and decodes every rendered object strictly into its
+// with replicas (leader election over a Lease or etcd, the peer channel, the
+// NetworkPolicy's peer rule, the preStop sleep and the
+// PodDisruptionBudget), and decodes every rendered object strictly into its
 // Kubernetes (RBAC included), Istio, Envoy Gateway or Prometheus Operator Go
 // type. The Envoy parts of the rendered objects go through the same checks
 // as the shipped Envoy artefacts (package envoy); the rendered arguments and

@@ -25,6 +25,7 @@ import (
 	"helm.sh/helm/v3/pkg/cli"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/tollgate/tollgate/envoy"
 	"github.com/tollgate/tollgate/extproc/discovery/kube"
+	"github.com/tollgate/tollgate/extproc/election"
 	"github.com/tollgate/tollgate/test/apiserver"
 	"github.com/tollgate/tollgate/test/testbin"
 )
@@ -307,9 +309,11 @@ func serviceAccountKubeconfig(t *testing.T, c *apiserver.Cluster, r *rendered, n
 type tollgateProc struct {
 	pod     string
 	metrics string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	out     *syncBuffer
+	// peer is the peer channel's address with replicas, else "".
+	peer string
+	cmd  *exec.Cmd
+	done chan struct{}
+	out  *syncBuffer
 }
 
 type syncBuffer struct {
@@ -330,18 +334,22 @@ func (s *syncBuffer) String() string {
 }
 
 // runTollgate runs tollgate serve as the chart's Deployment would for the
-// pod named pod, with the listen addresses moved to loopback.
+// pod named pod, with the listen addresses, the peer channel's included,
+// moved to loopback.
 func runTollgate(t *testing.T, r *rendered, ns, pod, kubeconfig string) *tollgateProc {
 	t.Helper()
+	p := &tollgateProc{pod: pod, metrics: freeLoopback(t), done: make(chan struct{}), out: new(syncBuffer)}
 	var args []string
 	for _, a := range materialiseAs(t, r, pod, ns) {
 		switch {
 		case strings.HasPrefix(a, "--grpc-addr="), strings.HasPrefix(a, "--metrics-addr="):
 			continue
+		case strings.HasPrefix(a, "--peer-addr="):
+			p.peer = freeLoopback(t)
+			a = "--peer-addr=" + p.peer
 		}
 		args = append(args, a)
 	}
-	p := &tollgateProc{pod: pod, metrics: freeLoopback(t), done: make(chan struct{}), out: new(syncBuffer)}
 	args = append(args, "--grpc-addr=127.0.0.1:0", "--metrics-addr="+p.metrics, "--kubeconfig="+kubeconfig, "--drain-delay=0s")
 	p.cmd = exec.Command(tollgateBinary(t), args...)
 	p.cmd.Env = outsideCluster()
@@ -761,9 +769,10 @@ spec:
 }
 
 // TestRealAPI_LeaderElection runs two tollgate replicas with the chart's
-// leader election arguments and Role against a real Lease: exactly one
-// leads and holds the Lease; when it stops, it releases the Lease and the
-// standby takes over.
+// leader election arguments and Role against a real Lease: exactly one is
+// the scheduler and holds the Lease, which names it and its peer address;
+// the other reaches it over the peer channel; when the scheduler stops, it
+// releases the Lease and the other replica takes over.
 func TestRealAPI_LeaderElection(t *testing.T) {
 	c := cluster(t)
 	const ns = "leader"
@@ -782,22 +791,23 @@ func TestRealAPI_LeaderElection(t *testing.T) {
 	eventually(t, ceiling, "both replicas to serve metrics", func() bool {
 		return a.metric("tollgate_leader") >= 0 && b.metric("tollgate_leader") >= 0
 	}, a, b)
-	// The Lease's holder, as the API server has it, must lead and the other
-	// replica stand by. Both are read on every poll: on a loaded machine
-	// the first leader may miss its renew deadline and hand over.
+	// The Lease's holder, as the API server has it, must schedule, and the
+	// other replica follow it over the peer channel. Both are read on every
+	// poll: on a loaded machine the first leader may miss its renew
+	// deadline and hand over.
 	var leader, standby *tollgateProc
-	var ll, ls float64 // last tollgate_leader of the leader and the standby
+	var ll, ls, linked float64 // last tollgate_leader of both, and the follower's tollgate_peer_linked
 	defer func() {
 		if t.Failed() && leader != nil {
-			t.Logf("last tollgate_leader: %s %v, %s %v", leader.pod, ll, standby.pod, ls)
+			t.Logf("last tollgate_leader: %s %v, %s %v; %s linked %v", leader.pod, ll, standby.pod, ls, standby.pod, linked)
 		}
 	}()
-	eventually(t, ceiling, "the Lease holder to lead and the other replica to stand by", func() bool {
+	eventually(t, ceiling, "the Lease holder to schedule and the other replica to link to it", func() bool {
 		l, err := c.Client.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
 		if err != nil || len(l.Items) != 1 || l.Items[0].Spec.HolderIdentity == nil {
 			return false
 		}
-		switch *l.Items[0].Spec.HolderIdentity {
+		switch leaseHolder(t, &l.Items[0]).Identity {
 		case a.pod:
 			leader, standby = a, b
 		case b.pod:
@@ -806,15 +816,23 @@ func TestRealAPI_LeaderElection(t *testing.T) {
 			return false
 		}
 		ll, ls = leader.metric("tollgate_leader"), standby.metric("tollgate_leader")
-		return ll == 1 && ls == 0
+		linked = standby.metric("tollgate_peer_linked")
+		return ll == 1 && ls == 0 && linked == 1 &&
+			standby.metric(`tollgate_peer_scheduler{identity="`+leader.pod+`"}`) == 1
 	}, a, b)
 
 	leases, err := c.Client.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(leases.Items) != 1 || leases.Items[0].Spec.HolderIdentity == nil || *leases.Items[0].Spec.HolderIdentity != leader.pod {
-		t.Fatalf("Leases %+v; want one held by %s", leases.Items, leader.pod)
+	if len(leases.Items) != 1 || leases.Items[0].Spec.HolderIdentity == nil {
+		t.Fatalf("Leases %+v; want one held", leases.Items)
+	}
+	if got, want := leaseHolder(t, &leases.Items[0]), (election.Record{Identity: leader.pod, PeerAddr: leader.peer}); got != want {
+		t.Fatalf("Lease holder %+v; want %+v, the scheduler and its peer address", got, want)
+	}
+	if v := leader.metric("tollgate_peer_fronts"); v != 1 {
+		t.Errorf("tollgate_peer_fronts = %v on the scheduler; want 1, the other replica", v)
 	}
 	lease := leases.Items[0]
 	checkAccess(t, c, ns, r.serviceAccounts[0].Name,
@@ -834,19 +852,35 @@ func TestRealAPI_LeaderElection(t *testing.T) {
 	}
 	start := time.Now()
 	leader.stop(t) // SIGTERM: releases the Lease
-	eventually(t, ceiling, "the standby to take over", func() bool {
-		return standby.metric("tollgate_leader") == 1 && standby.metric("tollgate_leader_acquisitions_total") == acquired+1
+	eventually(t, ceiling, "the other replica to take over", func() bool {
+		return standby.metric("tollgate_leader") == 1 && standby.metric("tollgate_leader_acquisitions_total") == acquired+1 &&
+			standby.metric("tollgate_peer_linked") == 1
 	}, standby)
 	took := time.Since(start)
 	l, err := c.Client.CoordinationV1().Leases(ns).Get(ctx, lease.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != standby.pod || l.ResourceVersion == lease.ResourceVersion {
+	if l.Spec.HolderIdentity == nil || leaseHolder(t, l).Identity != standby.pod || l.ResourceVersion == lease.ResourceVersion {
 		t.Errorf("Lease after the takeover: holder %v, resourceVersion %s (was %s); want %s", l.Spec.HolderIdentity, l.ResourceVersion, lease.ResourceVersion, standby.pod)
 	}
 	if l.Spec.LeaseTransitions == nil || lease.Spec.LeaseTransitions == nil || *l.Spec.LeaseTransitions <= *lease.Spec.LeaseTransitions {
 		t.Errorf("leaseTransitions %v → %v; want it to grow", lease.Spec.LeaseTransitions, l.Spec.LeaseTransitions)
 	}
 	t.Logf("takeover after the leader stopped: %v", took.Round(time.Millisecond))
+}
+
+// leaseHolder decodes the Lease's holderIdentity, IDENTITY@HOST:PORT with
+// replicas; an empty or unreadable one is the zero Record.
+func leaseHolder(t *testing.T, l *coordinationv1.Lease) election.Record {
+	t.Helper()
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return election.Record{}
+	}
+	r, err := election.Parse(*l.Spec.HolderIdentity)
+	if err != nil {
+		t.Logf("Lease holder: %v", err)
+		return election.Record{}
+	}
+	return r
 }

@@ -44,6 +44,10 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"leader election switch", "leaderElection: {enabled: \"yes\"}\n", "/leaderElection/enabled"},
 		{"lease name", "leaderElection: {leaseName: Tollgate}\n", "/leaderElection/leaseName"},
 		{"rbac unknown key", "rbac: {createRoles: true}\n", "createRoles"},
+		{"election backend", "leaderElection: {backend: consul}\n", "/leaderElection/backend"},
+		{"peer port range", "leaderElection: {peerPort: 0}\n", "/leaderElection/peerPort"},
+		{"etcd endpoints with spaces", "leaderElection: {backend: etcd, etcdEndpoints: \"http://a:2379, http://b:2379\"}\n", "/leaderElection/etcdEndpoints"},
+		{"negative preStop sleep", "shutdown: {preStopSeconds: -1}\n", "/shutdown/preStopSeconds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := renderChart(t, values(t, tc.doc))
@@ -61,14 +65,18 @@ func TestTemplatesRejectBadValues(t *testing.T) {
 	for _, tc := range []struct {
 		name, doc, want string
 	}{
-		{"grace period too short", "terminationGracePeriodSeconds: 35\n", "must exceed shutdown.drainDelaySeconds + shutdown.timeoutSeconds"},
+		{"grace period too short", "terminationGracePeriodSeconds: 40\n", "must exceed shutdown.preStopSeconds + shutdown.drainDelaySeconds + shutdown.timeoutSeconds (40)"},
+		{"grace period without the preStop sleep", "terminationGracePeriodSeconds: 35\nshutdown: {preStopSeconds: 0}\n", "must exceed shutdown.preStopSeconds + shutdown.drainDelaySeconds + shutdown.timeoutSeconds (35)"},
 		{"TLS without a secret", "grpcTLS: {enabled: true}\n", "grpcTLS.secretName is required"},
 		{"kubernetes without a source", "discovery: {mode: kubernetes}\n", "discovery.mode kubernetes needs discovery.kubernetes.service"},
 		{"kubernetes with two sources", "discovery: {mode: kubernetes, kubernetes: {service: vllm, selector: app=vllm}}\n", "discovery.kubernetes.service and discovery.kubernetes.selector are exclusive"},
 		{"inferencepool without a pool", "discovery: {mode: inferencepool}\n", "discovery.mode inferencepool needs discovery.inferencePool.name"},
 		{"inferencepool with an Envoy integration", "integration: istio\ndiscovery: {mode: inferencepool, inferencePool: {name: p}}\n", "discovery.mode inferencepool needs integration: none, not istio"},
 		{"workers with discovery", "config: {workers: [{id: w0, address: \"10.0.0.5:8000\"}]}\ndiscovery: {mode: kubernetes, kubernetes: {service: vllm}}\n", "config.workers lists workers but discovery.mode is kubernetes"},
-		{"budget with leader election", "replicaCount: 2\npodDisruptionBudget: {enabled: true}\n", "podDisruptionBudget.enabled does not go with leader election"},
+		{"peer port on the grpc port", "leaderElection: {peerPort: 9002}\n", "leaderElection.peerPort (9002) must differ from ports.grpc and ports.metrics"},
+		{"peer port on the metrics port", "ports: {grpc: 9002, metrics: 9100}\nleaderElection: {peerPort: 9100}\n", "leaderElection.peerPort (9100) must differ"},
+		{"etcd without endpoints", "leaderElection: {backend: etcd}\n", "leaderElection.backend etcd needs leaderElection.etcdEndpoints"},
+		{"etcd endpoints with the kube backend", "leaderElection: {etcdEndpoints: \"http://etcd:2379\"}\n", "leaderElection.etcdEndpoints is set but leaderElection.backend is kube"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := renderChart(t, values(t, tc.doc))
@@ -78,8 +86,12 @@ func TestTemplatesRejectBadValues(t *testing.T) {
 		})
 	}
 	// A long enough grace period is taken as given.
-	d, _ := mustRender(t, values(t, "terminationGracePeriodSeconds: 36\n")).deployment(t)
-	if gp := d.Spec.Template.Spec.TerminationGracePeriodSeconds; gp == nil || *gp != 36 {
-		t.Errorf("terminationGracePeriodSeconds = %v; want 36", gp)
+	d, _ := mustRender(t, values(t, "terminationGracePeriodSeconds: 41\n")).deployment(t)
+	if gp := d.Spec.Template.Spec.TerminationGracePeriodSeconds; gp == nil || *gp != 41 {
+		t.Errorf("terminationGracePeriodSeconds = %v; want 41", gp)
+	}
+	// One pod ignores the replica values, a peer port clash included.
+	if _, err := renderChart(t, values(t, single+"leaderElection: {peerPort: 9002, backend: etcd}\n")); err != nil {
+		t.Errorf("one pod with unused replica values: %v", err)
 	}
 }

@@ -69,13 +69,17 @@ and the one messageTimeout carries the budget.
 {{- if eq .Values.integration "envoyGateway" }}0s{{ else }}{{ .Values.envoy.maxMessageTimeout }}{{ end }}
 {{- end }}
 
-{{/* The pod's grace period: larger than drain delay plus shutdown timeout. */}}
+{{/*
+The pod's grace period: larger than the preStop sleep, the drain delay and
+the shutdown timeout together (Kubernetes counts the preStop hook in it).
+*/}}
 {{- define "tollgate.gracePeriod" -}}
-{{- $need := add .Values.shutdown.drainDelaySeconds .Values.shutdown.timeoutSeconds }}
+{{- $sd := .Values.shutdown }}
+{{- $need := add (default 0 $sd.preStopSeconds) $sd.drainDelaySeconds $sd.timeoutSeconds }}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
 {{- add $need 10 }}
 {{- else if le (int .Values.terminationGracePeriodSeconds) (int $need) }}
-{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed shutdown.drainDelaySeconds + shutdown.timeoutSeconds (%v), or in-flight requests are killed" .Values.terminationGracePeriodSeconds $need) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed shutdown.preStopSeconds + shutdown.drainDelaySeconds + shutdown.timeoutSeconds (%v), or in-flight requests are killed" .Values.terminationGracePeriodSeconds $need) }}
 {{- else }}
 {{- .Values.terminationGracePeriodSeconds }}
 {{- end }}
@@ -83,27 +87,33 @@ and the one messageTimeout carries the budget.
 
 {{/*
 "true" when leader election runs: leaderElection.enabled, or, left null, more
-than one replica. Replicas with it explicitly off fail the render: tollgate
-runs active-passive only.
+than one replica. The chart runs it in replica mode (--peer-addr): every pod
+serves Envoy and the elected one schedules for all. Replicas with it
+explicitly off fail the render: they would each schedule on their own.
 */}}
 {{- define "tollgate.leaderElect" -}}
 {{- $le := .Values.leaderElection }}
 {{- $set := and (hasKey $le "enabled") (kindIs "bool" $le.enabled) }}
 {{- $replicas := int .Values.replicaCount }}
 {{- if and $set (not $le.enabled) (gt $replicas 1) }}
-{{- fail (printf "replicaCount is %d but leaderElection.enabled is false: tollgate replicas cannot run active-active (the SMG slot pool and the DRR state have a single owner); leave leaderElection.enabled unset or true, or set replicaCount to 1" $replicas) }}
+{{- fail (printf "replicaCount is %d but leaderElection.enabled is false: tollgate replicas cannot each schedule on their own (the SMG slot pool and the DRR state have a single owner); leave leaderElection.enabled unset or true, so that one elected replica schedules for all, or set replicaCount to 1" $replicas) }}
 {{- else if or (and $set $le.enabled) (and (not $set) (gt $replicas 1)) }}true
 {{- end }}
 {{- end }}
 
-{{/* The leader election Lease's name. */}}
+{{/* The leader election Lease's name, or the etcd election's. */}}
 {{- define "tollgate.leaseName" -}}
 {{- default (include "tollgate.fullname" .) .Values.leaderElection.leaseName }}
 {{- end }}
 
+{{/* "true" when leader election runs over a Kubernetes Lease. */}}
+{{- define "tollgate.leaseElect" -}}
+{{- if and (include "tollgate.leaderElect" .) (eq .Values.leaderElection.backend "kube") }}true{{ end }}
+{{- end }}
+
 {{/* "true" when the pods talk to the Kubernetes API. */}}
 {{- define "tollgate.kubeAPI" -}}
-{{- if or (ne .Values.discovery.mode "static") (include "tollgate.leaderElect" .) }}true{{ end }}
+{{- if or (ne .Values.discovery.mode "static") (include "tollgate.leaseElect" .) }}true{{ end }}
 {{- end }}
 
 {{/* Namespace of the workers tollgate discovers: the pods and what selects them. */}}
@@ -201,7 +211,18 @@ nothing.
 {{- end }}
 {{- end }}
 {{- end }}
-{{- if and (include "tollgate.leaderElect" .) .Values.podDisruptionBudget.enabled }}
-{{- fail "podDisruptionBudget.enabled does not go with leader election: only the leader is ready, so a budget would block its eviction (and every node drain) forever" }}
+{{- with .Values.leaderElection }}
+{{- if include "tollgate.leaderElect" $ }}
+{{- $peer := int .peerPort }}
+{{- if or (eq $peer (int $.Values.ports.grpc)) (eq $peer (int $.Values.ports.metrics)) }}
+{{- fail (printf "leaderElection.peerPort (%d) must differ from ports.grpc and ports.metrics: the peer channel has a listener of its own" $peer) }}
+{{- end }}
+{{- if and (eq .backend "etcd") (not .etcdEndpoints) }}
+{{- fail "leaderElection.backend etcd needs leaderElection.etcdEndpoints, the etcd client URLs (URL[,URL...])" }}
+{{- end }}
+{{- end }}
+{{- if and (eq .backend "kube") .etcdEndpoints }}
+{{- fail "leaderElection.etcdEndpoints is set but leaderElection.backend is kube; set backend: etcd to elect over etcd, or empty etcdEndpoints" }}
+{{- end }}
 {{- end }}
 {{- end }}
