@@ -40,8 +40,10 @@ type cluster struct {
 type replica struct {
 	id   string
 	addr string // peer address
-	srv  *extproc.Server
-	sim  *envoysim.Sim
+	// cut partitions its peer connections (see cutConn).
+	cut *partition
+	srv *extproc.Server
+	sim *envoysim.Sim
 	// kill stops it at once, as SIGKILL would: listeners, streams and
 	// the dispatcher.
 	kill func()
@@ -81,10 +83,18 @@ func (c *cluster) start(id string, config func(*extproc.Config)) *replica {
 	t := c.t
 	pl, paddr := c.net.Listen()
 	dial := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return c.net.Dial(ctx, "tcp", addr) })
+	cut := &partition{}
+	peerDial := grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		conn, err := c.net.Dial(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return &cutConn{Conn: conn, p: cut}, nil
+	})
 	cfg := extproc.Config{
 		EnvoyMessageTimeout: 5 * time.Second, EnvoyMaxMessageTimeout: 310 * time.Second, EnvoyTimeoutMargin: 100 * time.Millisecond,
 		DrainDelay: -1, ShutdownTimeout: 10 * time.Second,
-		Replica: &extproc.ReplicaConfig{Identity: id, PeerAddr: paddr, DialOptions: []grpc.DialOption{dial}},
+		Replica: &extproc.ReplicaConfig{Identity: id, PeerAddr: paddr, DialOptions: []grpc.DialOption{peerDial}},
 	}
 	if config != nil {
 		config(&cfg)
@@ -118,7 +128,7 @@ func (c *cluster) start(id string, config func(*extproc.Config)) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{id: id, addr: paddr, srv: srv, sim: sim}
+	r := &replica{id: id, addr: paddr, srv: srv, sim: sim, cut: cut}
 	var once sync.Once
 	r.kill = func() {
 		once.Do(func() {
@@ -295,5 +305,77 @@ func TestReplicas_FrontKilled(t *testing.T) {
 		next := c.send(0, chat("next"))
 		c.gate.Open()
 		c.ok(next)
+	})
+}
+
+// partition cuts the peer connections a replica dials without closing
+// them, as a network that drops packets would.
+type partition struct {
+	mu  sync.Mutex
+	cut bool
+}
+
+func (p *partition) set(cut bool) {
+	p.mu.Lock()
+	p.cut = cut
+	p.mu.Unlock()
+}
+
+func (p *partition) isCut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cut
+}
+
+// cutConn drops what is written and what is read while its partition is
+// cut.
+type cutConn struct {
+	net.Conn
+	p *partition
+}
+
+func (c *cutConn) Write(b []byte) (int, error) {
+	if c.p.isCut() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *cutConn) Read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		if err != nil || !c.p.isCut() {
+			return n, err
+		}
+	}
+}
+
+// A front cut off from the scheduler: the scheduler notices within its
+// keepalive and releases the front's booking and queued request, so its
+// capacity serves others meanwhile; once the partition heals the front
+// links again and re-registers both, and both succeed.
+func TestReplicas_FrontPartitioned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 2, 1, priorityOn)
+		c.elect(0)
+		running := c.send(1, chat("running at the front"))
+		c.want("running", 0, 1, 0)
+		queued := c.send(1, chat("queued at the front"))
+		c.want("queued", 0, 1, 1)
+		c.reps[1].cut.set(true)
+		time.Sleep(15 * time.Second) // past the scheduler's keepalive: ping every 5 s, 5 s to answer
+		c.want("the partitioned front's requests released", 0, 0, 0)
+		if c.reps[1].srv.Ready() {
+			t.Error("a front that cannot reach the scheduler is still ready")
+		}
+		c.reps[1].cut.set(false)
+		time.Sleep(2 * time.Second) // the front's next dial
+		c.want("re-registered after the partition", 0, 1, 1)
+		if !c.reps[1].srv.Ready() {
+			t.Error("the front is not ready again")
+		}
+		c.gate.Open()
+		c.ok(running, queued)
+		c.want("idle", 0, 0, 0)
 	})
 }
