@@ -282,7 +282,11 @@ func (r *relay) setSelf(self bool) {
 		old.close()
 		<-old.stopped
 	}
-	r.noteLink(self, lost, "")
+	scheduler := ""
+	if self {
+		scheduler = r.cfg.Identity
+	}
+	r.noteLink(self, lost, scheduler)
 	r.poke()
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,7 +71,10 @@ type replicaMetrics struct {
 	reregistered *prometheus.CounterVec
 	dialFailures prometheus.Counter
 	fronts       prometheus.Gauge
-	current      string
+
+	// mu guards current, the identity the scheduler series names.
+	mu      sync.Mutex
+	current string
 }
 
 func newReplicaMetrics(reg prometheus.Registerer) *replicaMetrics {
@@ -105,6 +109,8 @@ func newReplicaMetrics(reg prometheus.Registerer) *replicaMetrics {
 
 // setScheduler moves the scheduler series to identity.
 func (m *replicaMetrics) setScheduler(identity string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.current != "" {
 		m.scheduler.DeleteLabelValues(m.current)
 	}
