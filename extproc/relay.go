@@ -183,14 +183,14 @@ func (r *relay) notice(gen, id uint64, n notice) {
 		}
 		e.told = true
 	case noticeDecided:
+		if e.running {
+			return // dispatched already, by an earlier scheduler
+		}
 		a := &n.decision.action
 		a.ID = id
 		if a.Kind != sched.ActionDispatch {
 			delete(r.reqs, id) // rejected: nothing more to tell anyone
 			break
-		}
-		if e.running {
-			return // dispatched already, by an earlier scheduler
 		}
 		e.running = true
 		e.booking = sched.Booking{Worker: a.Worker, Rank: a.Rank, Prefill: a.Prefill}
