@@ -243,9 +243,23 @@ func (p *peerDesk) broadcast(also ...string) {
 	names = slices.Compact(names)
 	for f := range p.fronts {
 		if f.name != "" {
-			f.push(peer.Down{Kind: peer.DownFronts, Fronts: names})
+			f.pushFronts(names)
 		}
 	}
+}
+
+// pushFronts queues the list of fronts, replacing one not sent yet: a
+// front that reads slowly keeps one list, not one per change.
+func (f *frontConn) pushFronts(names []string) {
+	f.mu.Lock()
+	i := slices.IndexFunc(f.out, func(d peer.Down) bool { return d.Kind == peer.DownFronts })
+	if i >= 0 {
+		f.out[i].Fronts = names
+		f.mu.Unlock()
+		return
+	}
+	f.mu.Unlock()
+	f.push(peer.Down{Kind: peer.DownFronts, Fronts: names})
 }
 
 // notScheduler is how a replica that is not the scheduler refuses a

@@ -2,7 +2,9 @@ package extproc
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -185,5 +187,22 @@ func TestCheckPeerAddr(t *testing.T) {
 	defer cancel()
 	if err := other.CheckPeerAddr(ctx); err == nil || !strings.Contains(err.Error(), `another replica answered there: tollgate: replica "scheduler" is not the scheduler`) {
 		t.Fatalf("another replica's address: %v", err)
+	}
+}
+
+// A front that reads slowly keeps one list of fronts, the latest.
+func TestFrontConn_OneListOfFronts(t *testing.T) {
+	f := &frontConn{ready: make(chan struct{}, 1)}
+	f.push(peer.Down{Kind: peer.DownQueued, ID: 1})
+	f.pushFronts([]string{"a"})
+	f.pushFronts([]string{"a", "b"})
+	f.push(peer.Down{Kind: peer.DownQueued, ID: 2})
+	f.pushFronts([]string{"b"})
+	var got []string
+	for _, d := range f.out {
+		got = append(got, fmt.Sprint(d.Kind, d.ID, d.Fronts))
+	}
+	if want := []string{"queued 1 []", "fronts 0 [b]", "queued 2 []"}; !slices.Equal(got, want) {
+		t.Fatalf("queued %q, want %q", got, want)
 	}
 }
