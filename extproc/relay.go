@@ -82,16 +82,11 @@ func (r *relay) linked() bool {
 }
 
 // submit hands a request over, or holds it until a scheduler is reachable.
+// The relay keeps its own copy of req; the slices and the pin it points to
+// are the request's own once submitted (the dispatcher's submit reads them
+// later too), so they are shared, not copied.
 func (r *relay) submit(req *sched.Request, box noticeBox) {
 	q := *req
-	q.Cached, q.AllowedWorkers, q.RequiredTaints = slices.Clone(q.Cached), slices.Clone(q.AllowedWorkers), slices.Clone(q.RequiredTaints)
-	if q.Pin != nil {
-		pin := *q.Pin
-		q.Pin = &pin
-	}
-	if q.Arrival.IsZero() {
-		q.Arrival = time.Now()
-	}
 	e := &relayed{req: q, box: box}
 	r.mu.Lock()
 	defer r.mu.Unlock()
