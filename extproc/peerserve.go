@@ -66,7 +66,7 @@ func (p *peerDesk) setActive(ctx context.Context, active bool) error {
 	}
 	p.mu.Unlock()
 	for _, f := range ending {
-		f.finish()
+		f.out.seal()
 		time.AfterFunc(peerFlushTimeout, f.cancel)
 	}
 	if active {
@@ -94,33 +94,8 @@ type frontConn struct {
 	// receiving goroutine.
 	ids map[uint64]uint64
 
-	mu    sync.Mutex
-	out   []peer.Down
-	ready chan struct{}
-	// last: once out is sent, the stream ends.
-	last bool
-}
-
-// finish ends the stream once what is queued has been sent.
-func (f *frontConn) finish() {
-	f.mu.Lock()
-	f.last = true
-	f.mu.Unlock()
-	select {
-	case f.ready <- struct{}{}:
-	default:
-	}
-}
-
-// push queues a message to the front; it never blocks.
-func (f *frontConn) push(d peer.Down) {
-	f.mu.Lock()
-	f.out = append(f.out, d)
-	f.mu.Unlock()
-	select {
-	case f.ready <- struct{}{}:
-	default:
-	}
+	// out holds the messages to the front; sealed at the role's end.
+	out *outbox[peer.Down]
 }
 
 // frontBox receives the dispatcher's notices for one front's request.
@@ -141,7 +116,7 @@ func (b frontBox) put(n notice) bool {
 		dc := n.decision
 		d.Decision = &peer.Decision{Action: dc.action, Target: dc.target, UnknownModel: dc.unknownModel}
 	}
-	b.f.push(d)
+	b.f.out.push(d)
 	return true
 }
 
@@ -155,7 +130,7 @@ func (s *Server) ServePeer(st peer.ServerStream) error {
 	}
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
-	f := &frontConn{cancel: cancel, ids: make(map[uint64]uint64), ready: make(chan struct{}, 1)}
+	f := &frontConn{cancel: cancel, ids: make(map[uint64]uint64), out: newOutbox[peer.Down]()}
 	p.mu.Lock()
 	if !p.active {
 		p.mu.Unlock()
@@ -169,7 +144,7 @@ func (s *Server) ServePeer(st peer.ServerStream) error {
 		p.forget(f)
 		return err
 	}
-	f.push(peer.Down{Kind: peer.DownWelcome, Scheduler: p.identity})
+	f.out.push(peer.Down{Kind: peer.DownWelcome, Scheduler: p.identity})
 	p.named(f, hello.Front)
 	s.replica.fronts.Inc()
 	s.log.Info("front linked", "front", f.name)
@@ -243,23 +218,10 @@ func (p *peerDesk) broadcast(also ...string) {
 	names = slices.Compact(names)
 	for f := range p.fronts {
 		if f.name != "" {
-			f.pushFronts(names)
+			// A front that reads slowly keeps one list, the latest.
+			f.out.replace(func(d peer.Down) bool { return d.Kind == peer.DownFronts }, peer.Down{Kind: peer.DownFronts, Fronts: names})
 		}
 	}
-}
-
-// pushFronts queues the list of fronts, replacing one not sent yet: a
-// front that reads slowly keeps one list, not one per change.
-func (f *frontConn) pushFronts(names []string) {
-	f.mu.Lock()
-	i := slices.IndexFunc(f.out, func(d peer.Down) bool { return d.Kind == peer.DownFronts })
-	if i >= 0 {
-		f.out[i].Fronts = names
-		f.mu.Unlock()
-		return
-	}
-	f.mu.Unlock()
-	f.push(peer.Down{Kind: peer.DownFronts, Fronts: names})
 }
 
 // notScheduler is how a replica that is not the scheduler refuses a
@@ -348,23 +310,17 @@ func recvHello(ctx context.Context, st peer.ServerStream) (*peer.Up, error) {
 func sendFront(ctx context.Context, st peer.ServerStream, f *frontConn, cancel context.CancelFunc) {
 	var batch []peer.Down
 	for {
-		select {
-		case <-ctx.Done():
+		var sealed, ok bool
+		if batch, sealed, ok = f.out.take(ctx.Done(), batch); !ok {
 			return
-		case <-f.ready:
 		}
-		f.mu.Lock()
-		batch, f.out = f.out, batch[:0]
-		last := f.last
-		f.mu.Unlock()
 		for i := range batch {
 			if err := st.Send(&batch[i]); err != nil {
 				cancel()
 				return
 			}
 		}
-		clear(batch)
-		if last {
+		if sealed {
 			cancel()
 			return
 		}

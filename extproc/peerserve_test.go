@@ -190,19 +190,28 @@ func TestCheckPeerAddr(t *testing.T) {
 	}
 }
 
-// A front that reads slowly keeps one list of fronts, the latest.
-func TestFrontConn_OneListOfFronts(t *testing.T) {
-	f := &frontConn{ready: make(chan struct{}, 1)}
-	f.push(peer.Down{Kind: peer.DownQueued, ID: 1})
-	f.pushFronts([]string{"a"})
-	f.pushFronts([]string{"a", "b"})
-	f.push(peer.Down{Kind: peer.DownQueued, ID: 2})
-	f.pushFronts([]string{"b"})
+// A front that reads slowly keeps one list of fronts, the latest; a
+// sealed box hands over what is queued, then says so.
+func TestOutbox_ReplaceAndSeal(t *testing.T) {
+	o := newOutbox[peer.Down]()
+	isFronts := func(d peer.Down) bool { return d.Kind == peer.DownFronts }
+	o.push(peer.Down{Kind: peer.DownQueued, ID: 1})
+	o.replace(isFronts, peer.Down{Kind: peer.DownFronts, Fronts: []string{"a"}})
+	o.replace(isFronts, peer.Down{Kind: peer.DownFronts, Fronts: []string{"a", "b"}})
+	o.push(peer.Down{Kind: peer.DownQueued, ID: 2})
+	o.replace(isFronts, peer.Down{Kind: peer.DownFronts, Fronts: []string{"b"}})
+	o.seal()
+	batch, sealed, ok := o.take(nil, nil)
 	var got []string
-	for _, d := range f.out {
+	for _, d := range batch {
 		got = append(got, fmt.Sprint(d.Kind, d.ID, d.Fronts))
 	}
-	if want := []string{"queued 1 []", "fronts 0 [b]", "queued 2 []"}; !slices.Equal(got, want) {
-		t.Fatalf("queued %q, want %q", got, want)
+	if want := []string{"queued 1 []", "fronts 0 [b]", "queued 2 []"}; !ok || !sealed || !slices.Equal(got, want) {
+		t.Fatalf("took %q (sealed %v, ok %v), want %q sealed", got, sealed, ok, want)
+	}
+	done := make(chan struct{})
+	close(done)
+	if _, _, ok := o.take(done, batch); ok {
+		t.Fatal("take returned with nothing queued after done closed")
 	}
 }

@@ -511,7 +511,7 @@ func noticeOf(d *peer.Down) (notice, bool) {
 }
 
 // link is one connection to a scheduler: this replica's dispatcher (addr
-// empty) or a peer channel. Messages are queued in order under mu and sent
+// empty) or a peer channel. Messages are queued in order in out and sent
 // by pump.
 type link struct {
 	gen  uint64
@@ -521,30 +521,20 @@ type link struct {
 	shut   func()
 	onFail func(error)
 
-	mu      sync.Mutex
-	out     []peer.Up
-	ready   chan struct{}
+	out     *outbox[peer.Up]
 	done    chan struct{}
 	once    sync.Once
 	stopped chan struct{}
 }
 
 func newLink(gen uint64, addr string, send func(*peer.Up) error, shut func()) *link {
-	return &link{gen: gen, addr: addr, send: send, shut: shut, ready: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{})}
+	return &link{gen: gen, addr: addr, send: send, shut: shut, out: newOutbox[peer.Up](), done: make(chan struct{}), stopped: make(chan struct{})}
 }
 
 func (l *link) local() bool { return l.addr == "" }
 
 // push queues u; it never blocks.
-func (l *link) push(u peer.Up) {
-	l.mu.Lock()
-	l.out = append(l.out, u)
-	l.mu.Unlock()
-	select {
-	case l.ready <- struct{}{}:
-	default:
-	}
-}
+func (l *link) push(u peer.Up) { l.out.push(u) }
 
 // close stops the pump after the message it is sending, and ends the
 // connection.
@@ -566,14 +556,10 @@ func (l *link) pump() {
 	defer close(l.stopped)
 	var batch []peer.Up
 	for {
-		select {
-		case <-l.done:
+		var ok bool
+		if batch, _, ok = l.out.take(l.done, batch); !ok {
 			return
-		case <-l.ready:
 		}
-		l.mu.Lock()
-		batch, l.out = l.out, batch[:0]
-		l.mu.Unlock()
 		for i := range batch {
 			select {
 			case <-l.done:
@@ -587,6 +573,5 @@ func (l *link) pump() {
 				return
 			}
 		}
-		clear(batch)
 	}
 }

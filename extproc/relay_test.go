@@ -47,9 +47,9 @@ func newRelayModel(t *testing.T, seed uint64) *relayModel {
 
 // sent returns the messages queued on l so far.
 func sent(l *link) []peer.Up {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]peer.Up(nil), l.out...)
+	l.out.mu.Lock()
+	defer l.out.mu.Unlock()
+	return append([]peer.Up(nil), l.out.items...)
 }
 
 func (m *relayModel) step() error {
