@@ -21,6 +21,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/discovery/kube"
+	"github.com/tollgate/tollgate/extproc/election"
 )
 
 // The server is what leader election switches.
@@ -87,9 +88,9 @@ func registerDiscoveryFlags(fs *flag.FlagSet, d *discoveryOptions) {
 	fs.StringVar(&d.leaseNS, "leader-elect-namespace", "", "kube backend: namespace of the Lease (empty: tollgate's own)")
 	fs.StringVar(&d.leaseName, "leader-elect-name", "tollgate", "name of the Lease, or of the etcd election (key prefix /tollgate/leader/NAME)")
 	fs.StringVar(&d.identity, "leader-elect-identity", "", "this replica's name in the election record (empty: the hostname, which is the pod name)")
-	fs.DurationVar(&d.leaseDuration, "leader-elect-lease-duration", kube.DefaultLeaseDuration, "how long others wait after the leader's last renewal before taking over (whole seconds; the etcd lease TTL)")
+	fs.DurationVar(&d.leaseDuration, "leader-elect-lease-duration", election.DefaultLeaseDuration, "how long others wait after the leader's last renewal before taking over (whole seconds; the etcd lease TTL)")
 	fs.DurationVar(&d.renewDeadline, "leader-elect-renew-deadline", kube.DefaultRenewDeadline, "how long the leader retries a renewal before it steps down")
-	fs.DurationVar(&d.retryPeriod, "leader-elect-retry-period", kube.DefaultRetryPeriod, "interval between leader election attempts")
+	fs.DurationVar(&d.retryPeriod, "leader-elect-retry-period", election.DefaultRetryPeriod, "interval between leader election attempts")
 }
 
 // validate reports every problem with the discovery flags.

@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Record is what the elected replica publishes in the election record
@@ -24,6 +25,14 @@ type Record struct {
 	// empty for a replica that publishes none (an older release).
 	PeerAddr string
 }
+
+// Defaults both backends share: how long the others wait after the
+// leader's last renewal (the Lease's duration, the etcd lease's TTL), and
+// the wait between attempts. client-go's usual values.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
 
 // MaxRecordLen bounds an encoded record read from the store: a longer
 // value is not a record this code wrote.

@@ -18,12 +18,10 @@ import (
 	"github.com/tollgate/tollgate/extproc/election"
 )
 
-// Leader election defaults, client-go's usual values.
-const (
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRenewDeadline = 10 * time.Second
-	DefaultRetryPeriod   = 2 * time.Second
-)
+// DefaultRenewDeadline is the Lease's renew deadline default (client-go's
+// usual value); the lease duration and retry period default to
+// election's.
+const DefaultRenewDeadline = 10 * time.Second
 
 // Activator is what leader election switches: the ext_proc server
 // (*extproc.Server implements it; cmd/tollgate checks).
@@ -59,13 +57,13 @@ type LeaderConfig struct {
 	PeerAddr string
 	// LeaseDuration is how long standbys wait after the last renewal before
 	// taking over; a whole number of seconds, as the Lease stores it.
-	// 0 means DefaultLeaseDuration.
+	// 0 means election.DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	// RenewDeadline is how long the leader keeps retrying a renewal before
 	// it steps down; less than LeaseDuration. 0 means DefaultRenewDeadline.
 	RenewDeadline time.Duration
 	// RetryPeriod is the interval between attempts; RenewDeadline must
-	// exceed 1.2 times it. 0 means DefaultRetryPeriod.
+	// exceed 1.2 times it. 0 means election.DefaultRetryPeriod.
 	RetryPeriod time.Duration
 	// Activator is switched on while this replica leads. Required.
 	Activator Activator
@@ -76,13 +74,13 @@ type LeaderConfig struct {
 // withDefaults fills the zero durations.
 func (c LeaderConfig) withDefaults() LeaderConfig {
 	if c.LeaseDuration == 0 {
-		c.LeaseDuration = DefaultLeaseDuration
+		c.LeaseDuration = election.DefaultLeaseDuration
 	}
 	if c.RenewDeadline == 0 {
 		c.RenewDeadline = DefaultRenewDeadline
 	}
 	if c.RetryPeriod == 0 {
-		c.RetryPeriod = DefaultRetryPeriod
+		c.RetryPeriod = election.DefaultRetryPeriod
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -27,12 +27,11 @@ import (
 	"github.com/tollgate/tollgate/extproc/election"
 )
 
-// Defaults for the zero Config fields.
+// Defaults for the zero Config fields (the lease duration and retry
+// period default to election's).
 const (
-	DefaultName          = "tollgate"
-	DefaultLeaseDuration = 15 * time.Second
-	DefaultRetryPeriod   = 2 * time.Second
-	DefaultDialTimeout   = 5 * time.Second
+	DefaultName        = "tollgate"
+	DefaultDialTimeout = 5 * time.Second
 )
 
 // DefaultPrefix is the election key prefix for an election name.
@@ -58,10 +57,10 @@ type Config struct {
 	// LeaseDuration is the session lease's TTL: how long after the last
 	// renewal etcd deletes a silent leader's key and a standby takes
 	// over. A whole number of seconds (etcd leases count seconds); 0
-	// means DefaultLeaseDuration.
+	// means election.DefaultLeaseDuration.
 	LeaseDuration time.Duration
 	// RetryPeriod is the wait after an error (a lost session, etcd
-	// unreachable) before campaigning again. 0 means DefaultRetryPeriod.
+	// unreachable) before campaigning again. 0 means election.DefaultRetryPeriod.
 	RetryPeriod time.Duration
 	// DialTimeout bounds dialing and every etcd call that is not a
 	// long-lived wait (granting, resigning, revoking). 0 means
@@ -86,10 +85,10 @@ func (c Config) withDefaults() Config {
 		c.Prefix = DefaultPrefix(c.Name)
 	}
 	if c.LeaseDuration == 0 {
-		c.LeaseDuration = DefaultLeaseDuration
+		c.LeaseDuration = election.DefaultLeaseDuration
 	}
 	if c.RetryPeriod == 0 {
-		c.RetryPeriod = DefaultRetryPeriod
+		c.RetryPeriod = election.DefaultRetryPeriod
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DefaultDialTimeout
