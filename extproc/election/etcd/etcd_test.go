@@ -9,7 +9,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/tollgate/tollgate/extproc/election"
@@ -34,7 +33,7 @@ func TestLeaderIsObservedByStandby(t *testing.T) {
 	}
 	b.stop(t)
 	a.stop(t)
-	goleak.VerifyNone(t)
+	noLeak(t)
 }
 
 func TestResignHandsOverAtOnce(t *testing.T) {
@@ -70,7 +69,7 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 		return leader == b.e.cfg.Record
 	})
 	b.stop(t)
-	goleak.VerifyNone(t)
+	noLeak(t)
 }
 
 func TestLeaderStepsDownWhenEtcdGoesAway(t *testing.T) {
@@ -103,7 +102,7 @@ func TestLeaderStepsDownWhenEtcdGoesAway(t *testing.T) {
 	}
 	a.stop(t)
 	b.stop(t)
-	goleak.VerifyNone(t)
+	noLeak(t)
 }
 
 func TestLeaderStepsDownWhenEtcdHangs(t *testing.T) {
@@ -142,7 +141,7 @@ func TestLeaderStepsDownWhenEtcdHangs(t *testing.T) {
 	}
 	a.stop(t)
 	b.stop(t)
-	goleak.VerifyNone(t)
+	noLeak(t)
 }
 
 func TestHostileElectionValue(t *testing.T) {
@@ -202,7 +201,7 @@ func TestHostileElectionValue(t *testing.T) {
 	if err := cli.Close(); err != nil {
 		t.Error(err)
 	}
-	goleak.VerifyNone(t)
+	noLeak(t)
 }
 
 func TestValidate(t *testing.T) {

@@ -161,3 +161,10 @@ func (l *logLines) count(s string) int {
 func (l *logLines) logger(who string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug})).With("who", who)
 }
+
+// noLeak checks that the electors left no goroutine behind; the running
+// etcd's reaper (test/etcdserver) stays until the test ends.
+func noLeak(t *testing.T) {
+	t.Helper()
+	goleak.VerifyNone(t, goleak.IgnoreAnyFunction("github.com/tollgate/tollgate/test/etcdserver.(*Server).Run.func1"))
+}

@@ -8,17 +8,16 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/tollgate/tollgate/test/bench"
+	"github.com/tollgate/tollgate/test/etcdserver"
 )
 
 const replicaSection = "Replica mode (etcd election, loopback)"
@@ -126,7 +125,7 @@ type replicaMeta struct {
 func (r *runner) replicasPhase(ctx context.Context) (err error) {
 	etcdBin, err := exec.LookPath("etcd")
 	if err != nil {
-		return fmt.Errorf("no etcd binary in PATH (%w): the replicas phase elects over a real etcd; install the Debian package etcd-server (make deps)", err)
+		return fmt.Errorf("no etcd binary in PATH (%w): the replicas phase elects over a real etcd; "+etcdserver.Install, err)
 	}
 	tg, err := r.build(ctx, "./cmd/tollgate")
 	if err != nil {
@@ -161,12 +160,15 @@ func (r *runner) replicasPhase(ctx context.Context) (err error) {
 		return err
 	}
 	stops = append(stops, single.stop)
-	etcd, err := startEtcd(ctx, etcdBin, filepath.Join(r.tmp, "etcd-data"), filepath.Join(r.logs, "replicas-etcd.log"))
+	etcd, err := etcdserver.New(etcdBin, filepath.Join(r.tmp, "etcd-data"), filepath.Join(r.logs, "replicas-etcd.log"))
 	if err != nil {
 		return err
 	}
-	stops = append(stops, etcd.stop)
-	r.progress("replicas: etcd %s at %s", etcdBin, etcd.url)
+	if err := etcd.Run(ctx); err != nil {
+		return err
+	}
+	stops = append(stops, etcd.Stop)
+	r.progress("replicas: etcd %s at %s", etcdBin, etcd.ClientURL)
 
 	var reps []*child
 	// The replicas stop before etcd, fronts first, so that no front
@@ -185,7 +187,7 @@ func (r *runner) replicasPhase(ctx context.Context) (err error) {
 			return err
 		}
 		argv := tollgateArgs(tg, workers, append([]string{"--leader-elect", "--leader-elect-backend", "etcd",
-			"--etcd-endpoints", etcd.url, "--peer-addr", peerAddr, "--leader-elect-identity", id}, replicaElectionFlags...)...)
+			"--etcd-endpoints", etcd.ClientURL, "--peer-addr", peerAddr, "--leader-elect-identity", id}, replicaElectionFlags...)...)
 		c, err := startChild(ctx, "replicas-"+id, r.logs, argv)
 		if err != nil {
 			return err
@@ -523,115 +525,6 @@ func pickScheduler(states []replicaState) (int, bool) {
 		}
 	}
 	return sched, sched >= 0
-}
-
-// etcdProc is the phase's etcd: one member on free loopback ports, its
-// data in a scratch directory.
-type etcdProc struct {
-	url  string
-	log  string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// etcdHealthTimeout bounds how long etcd may take to report healthy.
-const etcdHealthTimeout = 15 * time.Second
-
-// startEtcd starts bin as a single member and waits until /health says
-// so, as test/etcdserver does for the tests.
-func startEtcd(ctx context.Context, bin, dataDir, logPath string) (*etcdProc, error) {
-	client, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	peer, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	e := &etcdProc{url: "http://" + client, log: logPath, done: make(chan struct{})}
-	peerURL := "http://" + peer
-	e.cmd = exec.Command(bin,
-		"--name", "default",
-		"--data-dir", dataDir,
-		"--listen-client-urls", e.url,
-		"--advertise-client-urls", e.url,
-		"--listen-peer-urls", peerURL,
-		"--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "default="+peerURL,
-	)
-	e.cmd.Stdout, e.cmd.Stderr = logf, logf
-	if err := e.cmd.Start(); err != nil {
-		_ = logf.Close()
-		return nil, fmt.Errorf("starting etcd: %w", err)
-	}
-	go func() {
-		_ = e.cmd.Wait()
-		_ = logf.Close()
-		close(e.done)
-	}()
-	deadline := time.Now().Add(etcdHealthTimeout)
-	hc := &http.Client{Timeout: time.Second}
-	defer hc.CloseIdleConnections()
-	for {
-		ok, herr := etcdHealthy(ctx, hc, e.url)
-		if ok {
-			return e, nil
-		}
-		select {
-		case <-e.done:
-			return nil, fmt.Errorf("etcd exited before it was healthy; see %s:\n%s", logPath, tail(logPath))
-		default:
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			_ = e.stop()
-			return nil, errors.Join(ctx.Err(), fmt.Errorf("etcd not healthy after %v (%w); see %s:\n%s", etcdHealthTimeout, herr, logPath, tail(logPath)))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// etcdHealthy reports whether etcd's /health answers {"health":"true"}.
-func etcdHealthy(ctx context.Context, hc *http.Client, url string) (bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
-	if err != nil {
-		return false, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return false, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if err != nil {
-		return false, err
-	}
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"true"`) {
-		return false, fmt.Errorf("/health: HTTP %d %s", resp.StatusCode, strings.TrimSpace(string(body)))
-	}
-	return true, nil
-}
-
-// stop ends etcd with SIGTERM, then SIGKILL after a grace period.
-func (e *etcdProc) stop() error {
-	select {
-	case <-e.done:
-		return fmt.Errorf("etcd had already exited; see %s", e.log)
-	default:
-	}
-	_ = e.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(10 * time.Second)
-	defer t.Stop()
-	select {
-	case <-e.done:
-	case <-t.C:
-		_ = e.cmd.Process.Kill()
-		<-e.done
-	}
-	return nil
 }
 
 // etcdVersion is the first line of `etcd --version`, or "etcd".
