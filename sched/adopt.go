@@ -1,9 +1,6 @@
 package sched
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
 // This file rebuilds a scheduler's state after a change of scheduler. The
 // requests belong to the fronts that hold their streams; a new scheduler
@@ -16,7 +13,7 @@ import (
 // priority scheduler: its token was taken by the earlier scheduler and is
 // never returned. With the legacy admission the request meets the gate
 // again, since its token (if it had one) was the earlier scheduler's.
-func (s *Scheduler) resumeGate(_ *entry, r *Request) bool {
+func (s *Scheduler) resumeGate(r *Request) bool {
 	return r.Resumed && !s.adm.legacy
 }
 
@@ -39,11 +36,7 @@ func (s *Scheduler) Adopt(now time.Time, r Request, b Booking) []Action {
 	if s.lateShed {
 		s.pass(t)
 	}
-	if _, dup := s.entries[r.ID]; dup {
-		s.actions = append(s.actions, Action{
-			Kind: ActionReject, ID: r.ID, Outcome: OutcomeUnknown, Priority: r.Priority, Model: r.Model,
-			Message: fmt.Sprintf("duplicate request id %d", r.ID),
-		})
+	if s.duplicate(&r) {
 		return s.actions
 	}
 	rk := s.rankAt(b.Worker, b.Rank)

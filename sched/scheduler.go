@@ -219,11 +219,7 @@ func New(cfg Config, workers []Worker) (*Scheduler, error) {
 func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 	s.actions = s.actions[:0]
 	t := s.at(now)
-	if _, dup := s.entries[r.ID]; dup {
-		s.actions = append(s.actions, Action{
-			Kind: ActionReject, ID: r.ID, Outcome: OutcomeUnknown, Priority: r.Priority, Model: r.Model,
-			Message: fmt.Sprintf("duplicate request id %d", r.ID),
-		})
+	if s.duplicate(&r) {
 		return s.actions
 	}
 	e := s.newEntry(&r, t)
@@ -235,10 +231,23 @@ func (s *Scheduler) Submit(now time.Time, r Request) []Action {
 		s.pass(t)
 	}
 	s.wakeParked(t)
-	if s.resumeGate(e, &r) || s.gate(e, &r, t) {
+	if s.resumeGate(&r) || s.gate(e, &r, t) {
 		s.arrive(e, &r, t, true)
 	}
 	return s.actions
+}
+
+// duplicate rejects r, with OutcomeUnknown naming the duplicate, when its
+// ID is already live; the live request is not affected.
+func (s *Scheduler) duplicate(r *Request) bool {
+	if _, dup := s.entries[r.ID]; !dup {
+		return false
+	}
+	s.actions = append(s.actions, Action{
+		Kind: ActionReject, ID: r.ID, Outcome: OutcomeUnknown, Priority: r.Priority, Model: r.Model,
+		Message: fmt.Sprintf("duplicate request id %d", r.ID),
+	})
+	return true
 }
 
 // arrive takes e past SMG's bucket into the policy classes: the tenant
