@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -407,7 +408,9 @@ func (r *relay) dial(ctx context.Context, addr string) error {
 
 // greet sends Hello and waits for Welcome, at most until ctx ends.
 func greet(ctx context.Context, cs peer.ClientStream, identity string) (string, error) {
-	if err := cs.Send(&peer.Up{Kind: peer.UpHello, Front: identity}); err != nil {
+	// A stream the scheduler refused at once fails the Send with io.EOF;
+	// the Recv below then returns the refusal itself.
+	if err := cs.Send(&peer.Up{Kind: peer.UpHello, Front: identity}); err != nil && !errors.Is(err, io.EOF) {
 		return "", err
 	}
 	type answer struct {
