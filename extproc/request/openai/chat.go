@@ -33,6 +33,8 @@ func (r *Request) renderChat(messages, tools []byte) *Error {
 		return wrongType("messages", "a non-empty array")
 	}
 	var w renderer
+	// The text is shorter than the JSON it comes from.
+	w.sb.Grow(len(messages) + len(tools))
 	if err := w.tools(tools); err != nil {
 		return err
 	}
@@ -111,14 +113,19 @@ func (w *renderer) tools(raw []byte) *Error {
 
 // line writes "role[ name]: text\n".
 func (w *renderer) line(role, name, text string) {
+	w.head(role, name)
+	w.sb.WriteString(text)
+	w.sb.WriteByte('\n')
+}
+
+// head writes the "role[ name]: " that starts a line.
+func (w *renderer) head(role, name string) {
 	w.sb.WriteString(role)
 	if name != "" {
 		w.sb.WriteByte(' ')
 		w.sb.WriteString(name)
 	}
 	w.sb.WriteString(": ")
-	w.sb.WriteString(text)
-	w.sb.WriteByte('\n')
 }
 
 // message renders one chat message (or a Responses message item).
@@ -138,11 +145,11 @@ func (w *renderer) message(raw []byte, field string, chat bool) *Error {
 	if err != nil {
 		return err
 	}
-	text, err := contentText(m.Content, field+".content")
-	if err != nil {
+	w.head(role, name)
+	if err := w.content(m.Content, field+".content"); err != nil {
 		return err
 	}
-	w.line(role, name, text)
+	w.sb.WriteByte('\n')
 	if !chat || !given(m.ToolCalls) {
 		return nil
 	}
@@ -210,11 +217,11 @@ func (w *renderer) item(raw []byte, field string) *Error {
 	case typ == "function_call":
 		return w.call(m.Name, m.Arguments, field)
 	case typ == "function_call_output":
-		out, err := contentText(m.Output, field+".output")
-		if err != nil {
+		w.head("tool", "")
+		if err := w.content(m.Output, field+".output"); err != nil {
 			return err
 		}
-		w.line("tool", "", out)
+		w.sb.WriteByte('\n')
 		return nil
 	case typ == "message" || (typ == "" && given(m.Role)):
 		return w.message(raw, field, false)
@@ -226,22 +233,23 @@ func (w *renderer) item(raw []byte, field string) *Error {
 	return nil
 }
 
-// contentText returns the text of a content value: a string, or an array
-// of parts whose text parts are joined by "\n". Non-text parts (images,
+// content writes the text of a content value: a string, or an array of
+// parts whose text parts are joined by "\n". Non-text parts (images,
 // audio, files) count as nothing. Absent or null content is empty.
-func contentText(raw []byte, field string) (string, *Error) {
+func (w *renderer) content(raw []byte, field string) *Error {
 	switch valueKind(raw) {
 	case kindAbsent, kindNull:
-		return "", nil
+		return nil
 	case kindString:
-		return stringValue(raw, field)
+		b, err := stringBytes(raw, field)
+		w.sb.Write(b)
+		return err
 	case kindArray:
 	default:
-		return "", wrongType(field, "a string or an array of content parts")
+		return wrongType(field, "a string or an array of content parts")
 	}
-	var sb strings.Builder
 	texts := 0
-	err := forEach(raw, field, func(i int, elem []byte) *Error {
+	return forEach(raw, field, func(i int, elem []byte) *Error {
 		pf := field + "[" + strconv.Itoa(i) + "]"
 		var p struct{ Type, Text, Refusal []byte }
 		if err := members(elem, pf, []string{"type", "text", "refusal"}, &p.Type, &p.Text, &p.Refusal); err != nil {
@@ -254,25 +262,26 @@ func contentText(raw []byte, field string) (string, *Error) {
 			}
 			return err
 		}
-		var text string
+		var text []byte
 		switch typ {
 		case "text", "input_text", "output_text":
-			if text, err = stringValue(p.Text, pf+".text"); err != nil {
+			if text, err = stringBytes(p.Text, pf+".text"); err != nil {
 				return err
 			}
 		case "refusal":
-			if text, err = optString(p.Refusal, pf+".refusal"); err != nil {
-				return err
+			if given(p.Refusal) {
+				if text, err = stringBytes(p.Refusal, pf+".refusal"); err != nil {
+					return err
+				}
 			}
 		default:
 			return nil
 		}
 		if texts > 0 {
-			sb.WriteByte('\n')
+			w.sb.WriteByte('\n')
 		}
 		texts++
-		sb.WriteString(text)
+		w.sb.Write(text)
 		return nil
 	})
-	return sb.String(), err
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/tollgate/tollgate/extproc/request/jsonscan"
 )
 
 // The helpers in this file read single JSON values inside a body whose
@@ -100,15 +102,18 @@ func scanValue(b []byte) int {
 // scanString returns the length of the string literal at the start of b,
 // quotes included, or -1.
 func scanString(b []byte) int {
-	for i := 1; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
+	for i := 1; ; i++ {
+		i, _ = jsonscan.PlainRun(b, i)
+		switch {
+		case i >= len(b):
+			return -1
+		case b[i] == '\\':
 			i++
-		case '"':
+		case b[i] == '"':
 			return i + 1
 		}
+		// A control character: topFields rejected it already; step over.
 	}
-	return -1
 }
 
 // yieldBytes is how much of a body a parse reads between two yields of its
@@ -171,29 +176,29 @@ func forEach(raw []byte, field string, fn func(i int, elem []byte) *Error) *Erro
 
 // stringValue decodes a JSON string.
 func stringValue(raw []byte, field string) (string, *Error) {
+	b, err := stringBytes(raw, field)
+	return string(b), err
+}
+
+// stringBytes decodes a JSON string; the result shares raw's bytes when
+// there is nothing to undo.
+func stringBytes(raw []byte, field string) ([]byte, *Error) {
 	raw = trimSpace(raw)
 	if valueKind(raw) != kindString || len(raw) < 2 || raw[len(raw)-1] != '"' {
-		return "", wrongType(field, "a string")
+		return nil, wrongType(field, "a string")
 	}
 	b, ok := unquote(raw[1 : len(raw)-1])
 	if !ok {
-		return "", wrongType(field, "a string")
+		return nil, wrongType(field, "a string")
 	}
-	return string(b), nil
+	return b, nil
 }
 
 // unquote undoes JSON string escapes in s, the text between the quotes. As
 // encoding/json does, it turns invalid UTF-8 and unpaired surrogates into
 // U+FFFD. It returns s itself when there is nothing to undo.
 func unquote(s []byte) ([]byte, bool) {
-	plain := true
-	for _, c := range s {
-		if c == '\\' || c == '"' || c < 0x20 || c >= utf8.RuneSelf {
-			plain = false
-			break
-		}
-	}
-	if plain || (!containsEscape(s) && utf8.Valid(s)) {
+	if end, ascii := jsonscan.PlainRun(s, 0); end == len(s) && (ascii || utf8.Valid(s)) {
 		return s, true
 	}
 	out := make([]byte, 0, len(s))
@@ -251,15 +256,6 @@ func unquote(s []byte) ([]byte, bool) {
 		}
 	}
 	return out, true
-}
-
-func containsEscape(s []byte) bool {
-	for _, c := range s {
-		if c == '\\' {
-			return true
-		}
-	}
-	return false
 }
 
 func hex4(s []byte) (rune, bool) {

@@ -3,6 +3,8 @@ package openai
 import (
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/tollgate/tollgate/extproc/request/jsonscan"
 )
 
 // MaxNestingDepth bounds how deeply a request body's arrays and objects
@@ -175,6 +177,9 @@ func validKey(b []byte, i int) (int, *syntaxError) {
 // returns the offset after its closing quote.
 func validString(b []byte, i int) (int, *syntaxError) {
 	for j := i + 1; j < len(b); j++ {
+		if j, _ = jsonscan.PlainRun(b, j); j >= len(b) {
+			break
+		}
 		switch c := b[j]; {
 		case c == '"':
 			return j + 1, nil

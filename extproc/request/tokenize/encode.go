@@ -164,7 +164,9 @@ func (a *addedVocab) scan(s string, from, segStart int, text func(segStart, from
 
 // encodeSegment appends the ids of the text segment s[segStart:end], or
 // of its part from from (a piece boundary) on: the part is normalized,
-// pre-tokenized into pieces and each piece BPE-encoded on its own.
+// pre-tokenized into pieces and each piece BPE-encoded on its own. A long
+// part is pre-tokenized a window at a time where the pre-tokenizer allows
+// it (splitWindow), so that its pieces need not all be held at once.
 func (t *BPE) encodeSegment(ws *workspace, s string, segStart, from, end int, dst []uint32) []uint32 {
 	if ws.cancelled(0) {
 		return dst
@@ -181,14 +183,76 @@ func (t *BPE) encodeSegment(ws *workspace, s string, segStart, from, end int, ds
 	if t.normalize != nil {
 		seg = t.normalize(seg)
 	}
-	p := piece{s: seg, first: from == 0}
-	var pieces []piece
-	if t.pre == nil {
-		pieces = t.model.splitWords(ws.pieces[:0], p)
-	} else {
-		pieces = t.pre.split(ws, ws.pieces[:0], p)
-	}
+	windowed := len(seg) > segmentWindow && localPre(t.pre)
 	pos := from // the raw text offset of the next piece, when rec.pieces
+	for off := 0; off < len(seg) && ws.err == nil; {
+		p := piece{s: seg[off:], first: from == 0 && off == 0}
+		var pieces []piece
+		switch {
+		case windowed:
+			var n int
+			pieces, n = t.splitWindow(ws, p)
+			off += n
+		case t.pre == nil:
+			pieces, off = t.model.splitWords(ws.pieces[:0], p), len(seg)
+		default:
+			pieces, off = t.pre.split(ws, ws.pieces[:0], p), len(seg)
+		}
+		dst, pos = t.encodePieces(ws, pieces, s, segStart, end, pos, dst)
+		clear(pieces) // drop string references held by the pooled buffer
+		ws.pieces = pieces[:0]
+	}
+	return dst
+}
+
+// segmentWindow is the length of text splitWindow pre-tokenizes at a time
+// (a variable for tests).
+var segmentWindow = 16 << 10
+
+// splitWindow pre-tokenizes the start of p, a long part of a segment, with
+// a local pre-tokenizer (localPre), and returns the pieces of p that no
+// text after the window can change and their length; p whole when it fits
+// the window. As for the prefix cache's resume points (reuse.go), pieces
+// 0..i are decided when piece i+reusePieceLag is not the window's last and
+// ends utf8.UTFMax bytes or more before the window does. A window with no
+// such piece (one long run) is doubled.
+func (t *BPE) splitWindow(ws *workspace, p piece) ([]piece, int) {
+	for size := segmentWindow; size < len(p.s); size *= 2 {
+		for size < len(p.s) && !utf8.RuneStart(p.s[size]) {
+			size++
+		}
+		if size == len(p.s) {
+			break
+		}
+		w := p
+		w.s = p.s[:size]
+		pieces := t.pre.split(ws, ws.pieces[:0], w)
+		var ends [reusePieceLag + 1]int // the ends of the last pieces, newest last
+		keep, n, at := 0, 0, 0
+		for j := 0; j < len(pieces)-1; j++ {
+			at += len(pieces[j].s)
+			copy(ends[:], ends[1:])
+			ends[reusePieceLag] = at
+			if j >= reusePieceLag && at+utf8.UTFMax <= size {
+				keep, n = j-reusePieceLag+1, ends[0]
+			}
+		}
+		if keep > 0 {
+			clear(pieces[keep:])
+			return pieces[:keep], n
+		}
+		clear(pieces)
+		ws.pieces = pieces[:0]
+	}
+	return t.pre.split(ws, ws.pieces[:0], p), len(p.s)
+}
+
+// encodePieces appends the ids of pieces, the next part of the segment
+// s[segStart:end]; pos is the raw text offset of the first piece when the
+// prefix cache records piece boundaries, and the offset after the last is
+// returned.
+func (t *BPE) encodePieces(ws *workspace, pieces []piece, s string, segStart, end, pos int, dst []uint32) ([]uint32, int) {
+	rec := ws.rec
 	for _, q := range pieces {
 		if ws.cancelled(len(q.s)) {
 			break
@@ -217,9 +281,7 @@ func (t *BPE) encodeSegment(ws *workspace, s string, segStart, from, end int, ds
 			}
 		}
 	}
-	clear(pieces) // drop string references held by the pooled buffer
-	ws.pieces = pieces[:0]
-	return dst
+	return dst, pos
 }
 
 // cancelCheckWork is how much work (bytes of text, merges) passes between

@@ -1,16 +1,16 @@
 package tokenize
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
 	"strconv"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/tollgate/tollgate/extproc/request/jsonscan"
 )
 
 // The template input decoder: it reads the request's messages and tools
@@ -35,15 +35,6 @@ type jsonDecoder struct {
 	depth int    // containers open
 	buf   []byte // scratch for unescaping strings
 }
-
-// strPlain marks the bytes a string holds as they are: not the quote, the
-// backslash or a control character.
-var strPlain = func() (t [256]bool) {
-	for c := range t {
-		t[c] = c >= 0x20 && c != '"' && c != '\\'
-	}
-	return t
-}()
 
 func (d *jsonDecoder) space() {
 	for d.i < len(d.b) {
@@ -356,49 +347,13 @@ func (d *jsonDecoder) number() (jinja.Value, error) {
 // it needs no unescaping, else of d.buf; it is valid until the next call.
 func (d *jsonDecoder) str() ([]byte, error) {
 	start := d.i + 1
-	end, high := plainRun(d.b, start)
-	valid := high < utf8.RuneSelf || utf8.Valid(d.b[start:end])
+	end, ascii := jsonscan.PlainRun(d.b, start)
+	valid := ascii || utf8.Valid(d.b[start:end])
 	if end < len(d.b) && d.b[end] == '"' && valid {
 		d.i = end + 1
 		return d.b[start:end], nil
 	}
 	return d.unquote(appendRun(d.buf[:0], d.b[start:end], valid), end)
-}
-
-// plainRun returns the end of the run of plain bytes (strPlain) at b[i:]
-// and the bitwise OR of its bytes, which is below utf8.RuneSelf when the
-// run is ASCII. It reads eight bytes at a time.
-func plainRun(b []byte, i int) (int, byte) {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	var acc uint64
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		q, bs := x^(ones*'"'), x^(ones*'\\')
-		// (v-ones)&^v&highs flags the bytes of v that are 0, and
-		// (x-ones*0x20)&^x&highs those of x below 0x20: exactly up to the
-		// first (a borrow can flag bytes after it), which is the end.
-		if m := ((x-ones*0x20)&^x | (q-ones)&^q | (bs-ones)&^bs) & highs; m != 0 {
-			n := bits.TrailingZeros64(m) / 8
-			acc |= x & (1<<(8*n) - 1)
-			i += n
-			return i, highByte(acc)
-		}
-		acc |= x
-	}
-	high := highByte(acc)
-	for i < len(b) && strPlain[b[i]] {
-		high |= b[i]
-		i++
-	}
-	return i, high
-}
-
-// highByte is utf8.RuneSelf when a byte of acc is not ASCII, else 0.
-func highByte(acc uint64) byte {
-	if acc&0x8080808080808080 != 0 {
-		return utf8.RuneSelf
-	}
-	return 0
 }
 
 // appendRun appends a run of plain bytes, with each byte of an invalid
@@ -480,8 +435,8 @@ func (d *jsonDecoder) unquote(out []byte, i int) ([]byte, error) {
 			d.i = i
 			return nil, d.syntaxError("the end of a string")
 		}
-		end, high := plainRun(b, i)
-		out = appendRun(out, b[i:end], high < utf8.RuneSelf || utf8.Valid(b[i:end]))
+		end, ascii := jsonscan.PlainRun(b, i)
+		out = appendRun(out, b[i:end], ascii || utf8.Valid(b[i:end]))
 		i = end
 	}
 }
@@ -491,7 +446,7 @@ func (d *jsonDecoder) skipString() error {
 	b := d.b
 	i := d.i + 1
 	for {
-		i, _ = plainRun(b, i)
+		i, _ = jsonscan.PlainRun(b, i)
 		if i >= len(b) {
 			d.i = i
 			return d.syntaxError("the end of a string")

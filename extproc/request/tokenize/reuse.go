@@ -295,11 +295,16 @@ func ReuseCacheOf(t Tokenizer) *ReuseCache {
 // pattern whose locality is established (see above), with ByteLevel steps
 // that only mark bytes.
 func piecewise(norm normalizer, pt preTokenizer) bool {
-	if norm != nil || pt == nil {
-		return false
-	}
+	return norm == nil && localPre(pt)
+}
+
+// localPre reports whether pt is one isolating split by a pattern whose
+// locality is established (see above), with ByteLevel steps that only mark
+// bytes: its pieces of a text tile it, and those before a piece boundary
+// do not depend on the text after it beyond the reach described above.
+func localPre(pt preTokenizer) bool {
 	splits := 0
-	return localSplits(pt, &splits) && splits == 1
+	return pt != nil && localSplits(pt, &splits) && splits == 1
 }
 
 func localSplits(pt preTokenizer, splits *int) bool {

