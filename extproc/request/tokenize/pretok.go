@@ -72,11 +72,14 @@ type hfPattern struct {
 	String *string `json:"String"`
 }
 
-// pattern is a compiled split pattern: a hand-written matcher when one
-// exists for the expression, else the regexp engine.
+// pattern is a compiled split pattern: a string search for a literal, a
+// hand-written matcher when one exists for the expression, else the regexp
+// engine.
 type pattern struct {
 	re   *regexp2.Regexp
 	fast *fastSplitter
+	// lit is the literal a {"String": …} pattern matches; "" for a regex.
+	lit string
 }
 
 func newPattern(expr string) (*pattern, error) {
@@ -102,6 +105,9 @@ func (p *hfPattern) compile(where string) (*pattern, error) {
 	re, err := newPattern(expr)
 	if err != nil {
 		return nil, fmt.Errorf("%s: compile pattern %q: %w", where, expr, err)
+	}
+	if p.String != nil {
+		re.lit = *p.String
 	}
 	return re, nil
 }
@@ -321,7 +327,11 @@ func (p *pattern) spans(ws *workspace, s string, invert bool) []span {
 	if s == "" {
 		return nil
 	}
-	if p.fast != nil {
+	switch {
+	case p.lit != "":
+		ws.spans = literalSpans(ws.spans[:0], s, p.lit, invert)
+		return ws.spans
+	case p.fast != nil:
 		ws.spans = p.fast.spans(ws.spans[:0], s, invert)
 		return ws.spans
 	}
@@ -365,6 +375,28 @@ func (p *pattern) regexpSpans(ws *workspace, s string, invert bool) []span {
 	}
 	ws.spans = spans
 	return spans
+}
+
+// literalSpans appends the spans of s cut at the non-overlapping
+// occurrences of lit, leftmost first, as the regexp engine matches a
+// quoted literal.
+func literalSpans(dst []span, s, lit string, invert bool) []span {
+	prev := 0
+	for prev < len(s) {
+		i := strings.Index(s[prev:], lit)
+		if i < 0 {
+			break
+		}
+		if i > 0 {
+			dst = append(dst, span{prev, prev + i, invert})
+		}
+		dst = append(dst, span{prev + i, prev + i + len(lit), !invert})
+		prev += i + len(lit)
+	}
+	if prev < len(s) {
+		dst = append(dst, span{prev, len(s), invert})
+	}
+	return dst
 }
 
 // runeCursor walks a string forward, turning rune indexes into byte
