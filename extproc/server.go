@@ -71,9 +71,9 @@ type Server struct {
 	// kvOffOnce logs, once, a worker set that names KV-event endpoints
 	// while KV events are off.
 	kvOffOnce sync.Once
-	// senders tracks the goroutines that hand the dispatcher's notices to
+	// senders are the goroutines that hand the dispatcher's notices to
 	// streams; one may outlive its stream's handler by a moment.
-	senders sync.WaitGroup
+	senders *senderPool
 
 	// runMu guards started: before Run, control events apply directly.
 	runMu   sync.Mutex
@@ -138,7 +138,7 @@ func prepare(cfg Config, workers []fleet.Worker) (c Config, ws *fleet.Set, sch *
 
 // newServer wires a Server around any scheduler; cfg has its defaults.
 func newServer(cfg Config, ws *fleet.Set, sch scheduler, opts ...Option) (*Server, error) {
-	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), idle: make(chan struct{}, 1)}
+	s := &Server{cfg: cfg, log: cfg.Logger, health: health.NewServer(), idle: make(chan struct{}, 1), senders: newSenderPool()}
 	for _, o := range opts {
 		o(s)
 	}
