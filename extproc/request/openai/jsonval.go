@@ -1,13 +1,12 @@
 package openai
 
 import (
+	"bytes"
 	"math"
 	"runtime"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
-
-	"github.com/tollgate/tollgate/extproc/request/jsonscan"
 )
 
 // The helpers in this file read single JSON values inside a body whose
@@ -102,17 +101,22 @@ func scanValue(b []byte) int {
 // scanString returns the length of the string literal at the start of b,
 // quotes included, or -1.
 func scanString(b []byte) int {
-	for i := 1; ; i++ {
-		i, _ = jsonscan.PlainRun(b, i)
-		switch {
-		case i >= len(b):
-			return -1
-		case b[i] == '\\':
-			i++
-		case b[i] == '"':
-			return i + 1
+	// topFields checked the string, so only quotes and escapes matter:
+	// two vectorized searches find them, the quote once per escaped one.
+	q := 0 // the next quote at or after i, once q >= i
+	for i := 1; ; {
+		if q < i {
+			k := bytes.IndexByte(b[i:], '"')
+			if k < 0 {
+				return -1
+			}
+			q = i + k
 		}
-		// A control character: topFields rejected it already; step over.
+		e := bytes.IndexByte(b[i:q], '\\')
+		if e < 0 {
+			return q + 1
+		}
+		i += e + 2
 	}
 }
 
@@ -198,7 +202,7 @@ func stringBytes(raw []byte, field string) ([]byte, *Error) {
 // encoding/json does, it turns invalid UTF-8 and unpaired surrogates into
 // U+FFFD. It returns s itself when there is nothing to undo.
 func unquote(s []byte) ([]byte, bool) {
-	if end, ascii := jsonscan.PlainRun(s, 0); end == len(s) && (ascii || utf8.Valid(s)) {
+	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
 		return s, true
 	}
 	out := make([]byte, 0, len(s))
