@@ -192,6 +192,13 @@ func (s sequencePT) split(ws *workspace, dst []piece, p piece) []piece {
 	start := len(dst)
 	dst = append(dst, p)
 	for _, pt := range s {
+		if bl, ok := pt.(*byteLevelPT); ok && bl.re == nil && !bl.addPrefixSpace {
+			// It only marks the pieces' bytes: no copy.
+			for i := start; i < len(dst); i++ {
+				dst[i].bytes = true
+			}
+			continue
+		}
 		// Split the pieces in dst[start:] into ws.tmp, then copy back.
 		tmp := ws.tmp[:0]
 		ws.tmp = nil // a nested sequence must not share this buffer
