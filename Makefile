@@ -62,12 +62,15 @@ vet:
 ## packages whose code starts none and shares nothing across goroutines run
 ## without it (it costs them 3 to 4 times the time and finds nothing), and
 ## the tokenizers' shared state is raced by its concurrency test alone.
+## The test binaries are linked without DWARF (-s -w), which halves the
+## link of the larger ones; stack traces and race reports do not need it.
 NORACE := ./sched/... ./extproc/request/... ./extproc/schedmetrics ./envoy/... ./examples/... \
 	./hack/... ./charts/... ./test/kvwire ./test/testbin
+TESTLD := -ldflags='-s -w'
 race:
-	$(NOCGO) $(GO) test -shuffle=on -count=1 -timeout 20m $(NORACE)
-	$(GO) test -race -count=1 -run 'TestConcurrentUse' ./extproc/request/tokenize
-	$(GO) test -race -shuffle=on -count=1 -timeout 20m $(filter-out $(shell $(GO) list $(NORACE)),$(shell $(GO) list ./...))
+	$(NOCGO) $(GO) test $(TESTLD) -shuffle=on -count=1 -timeout 20m $(NORACE)
+	$(GO) test $(TESTLD) -race -count=1 -run 'TestConcurrentUse' ./extproc/request/tokenize
+	$(GO) test $(TESTLD) -race -shuffle=on -count=1 -timeout 20m $(filter-out $(shell $(GO) list $(NORACE)),$(shell $(GO) list ./...))
 
 ## kubeapi: kube-apiserver (the k8s.io/kubernetes release matching the project's
 ## k8s.io/* modules) and etcd for the real-API tests, built from the separate
@@ -86,9 +89,9 @@ KUBEAPI_STAMP  := $(KUBEAPI)/bin/.built
 kubeapi: $(KUBEAPI_STAMP)
 
 $(KUBEAPI_STAMP): $(KUBEAPI)/go.mod $(KUBEAPI)/go.sum $(wildcard $(KUBEAPI)/cmd/*/*.go) go.mod
-	cd $(KUBEAPI) && $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
-	cd $(KUBEAPI) && $(GO) build -o bin/etcd ./cmd/etcd
-	cd $(KUBEAPI) && $(GO) build -o bin/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
+	cd $(KUBEAPI) && $(NOCGO) $(GO) build -ldflags '$(KUBE_LDFLAGS)' -o bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+	cd $(KUBEAPI) && $(NOCGO) $(GO) build -o bin/etcd ./cmd/etcd
+	cd $(KUBEAPI) && $(NOCGO) $(GO) build -o bin/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
 	rm -rf $(KUBEAPI)/crds
 	$(GO) mod download $(MONITORING_MOD)
 	cd "$$($(GO) list -m -f '{{.Dir}}' $(MONITORING_MOD))" && GOFLAGS=-mod=mod \
@@ -96,9 +99,11 @@ $(KUBEAPI_STAMP): $(KUBEAPI)/go.mod $(KUBEAPI)/go.sum $(wildcard $(KUBEAPI)/cmd/
 	touch $@
 
 ## kubeapi-check: tidiness and vet of the nested test/kubeapi module, which
-## ./... in the main module does not reach.
+## ./... in the main module does not reach, and that it builds the modules
+## the main module builds too at the same versions.
 kubeapi-check:
-	cd $(KUBEAPI) && $(GO) mod tidy -diff && $(GO) vet ./...
+	cd $(KUBEAPI) && $(GO) mod tidy -diff && $(NOCGO) $(GO) vet ./...
+	GO=$(GO) ./hack/kubeapi-versions.sh
 
 lint: $(GOLANGCI)
 	$(NOCGO) $(GOLANGCI) run ./...

@@ -35,11 +35,7 @@ func TestRenderedConfigPassesCheckConfig(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the tollgate binary")
 	}
-	bin := filepath.Join(t.TempDir(), "tollgate")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "../../cmd/tollgate")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := tollgateBinary(t)
 
 	checkConfig := func(t *testing.T, doc string) (string, error) {
 		t.Helper()

@@ -263,7 +263,8 @@ func TestRealAPI_HelmInstall(t *testing.T) {
 	}
 }
 
-// tollgateBinary builds cmd/tollgate once per test binary.
+// tollgateBinary builds cmd/tollgate once per test binary, without DWARF,
+// which halves its link.
 func tollgateBinary(t *testing.T) string {
 	t.Helper()
 	realAPI.binOnce.Do(func() {
@@ -274,7 +275,7 @@ func tollgateBinary(t *testing.T) string {
 		}
 		realAPI.binDir = dir
 		realAPI.bin = filepath.Join(dir, "tollgate")
-		out, err := exec.Command("go", "build", "-o", realAPI.bin, "../../cmd/tollgate").CombinedOutput()
+		out, err := exec.Command("go", "build", "-ldflags=-s -w", "-o", realAPI.bin, "../../cmd/tollgate").CombinedOutput()
 		if err != nil {
 			realAPI.binErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}

@@ -101,10 +101,7 @@ func TestTokenizersPassCheckConfig(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the tollgate binary")
 	}
-	bin := filepath.Join(t.TempDir(), "tollgate")
-	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "../../cmd/tollgate").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := tollgateBinary(t)
 	root := t.TempDir()
 	model := filepath.Join(root, "0") // the first models entry
 	if err := os.MkdirAll(model, 0o755); err != nil {
