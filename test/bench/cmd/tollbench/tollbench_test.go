@@ -136,8 +136,8 @@ func TestE2ERowsTargets(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
-		"1.40× (per-round median 1.40×, target ≤ 1.10× null: missed)",
-		"0.89× (per-round median 0.91×, target ≥ 0.90× null: met)",
+		"1.40× (per-round median 1.40×, target ≤ 1.15× null: missed)",
+		"0.89× (per-round median 0.91×, target ≥ 0.95× null: missed)",
 		"1.30× (per-round median 1.30×, target ≤ 1.25× null: missed)",
 		"1.00 ms (1.00 ms–1.00 ms)",
 		"150.0 µs (150.0 µs–150.0 µs)",
@@ -151,7 +151,7 @@ func TestE2ERowsTargets(t *testing.T) {
 		got[tg.Name] = tg
 	}
 	for _, want := range []struct{ name, value, result string }{
-		{e2eTargets[0].name, "0.91× (rounds 0.87–0.95×; medians 1775 / 2000 req/s)", "met"},
+		{e2eTargets[0].name, "0.91× (rounds 0.87–0.95×; medians 1775 / 2000 req/s)", "missed"},
 		{e2eTargets[1].name, "1.30× (rounds 1.30–1.30×; medians 130.0 µs / 100.0 µs)", "missed"},
 		{e2eTargets[2].name, "1.40× (rounds 1.40–1.40×; medians 1.40 ms / 1.00 ms)", "missed"},
 		{e2eTargets[3].name, "", "not measured"},
