@@ -114,3 +114,29 @@ func FuzzSegmentWindows(f *testing.F) {
 		}
 	})
 }
+
+// TestSegmentWindowsWithReuse encodes conversations that grow turn by
+// turn through a prefix cache while segments are pre-tokenized in small
+// windows, the two working together as in serve, and holds the ids to a
+// fresh encode's.
+func TestSegmentWindowsWithReuse(t *testing.T) {
+	old := segmentWindow
+	defer func() { segmentWindow = old }()
+	for _, window := range []int{7, 100} {
+		segmentWindow = window
+		for _, rc := range reuseCases(t, 1<<20, 61, 0) {
+			r := rand.New(rand.NewPCG(13, uint64(window)))
+			for range 10 {
+				a := chatText(r, 200+r.IntN(2000), rc.extra)
+				rc.check(t, a, false)
+				d := r.IntN(len(a) + 1)
+				for _, b := range []string{a, a + chatText(r, 300, rc.extra), a[:d] + spacyText(r, 30)} {
+					rc.check(t, b, false)
+				}
+			}
+			if s := rc.cached.reuse.Load().cache.Stats(); s.Hits == 0 {
+				t.Errorf("%s, window %d: no hits: %+v", rc.name, window, s)
+			}
+		}
+	}
+}
