@@ -19,14 +19,8 @@ func TestLeaderIsObservedByStandby(t *testing.T) {
 	a := startElector(t, s, "a")
 	eventually(t, 10*time.Second, "a leads", func() bool { return a.e.Leading() && a.f.isActive() })
 	b := startElector(t, s, "b")
-	eventually(t, 10*time.Second, "b observes a", func() bool {
-		_, leader, _ := b.f.state()
-		return leader == a.e.cfg.Record
-	})
-	eventually(t, 10*time.Second, "a observes itself", func() bool {
-		_, leader, _ := a.f.state()
-		return leader == a.e.cfg.Record
-	})
+	awaitLeader(t, b, a)
+	awaitLeader(t, a, a)
 	time.Sleep(200 * time.Millisecond)
 	if b.e.Leading() || b.f.isActive() {
 		t.Error("standby b is active while a leads")
@@ -38,13 +32,7 @@ func TestLeaderIsObservedByStandby(t *testing.T) {
 
 func TestResignHandsOverAtOnce(t *testing.T) {
 	s := startEtcd(t)
-	a := startElector(t, s, "a")
-	eventually(t, 10*time.Second, "a leads", a.f.isActive)
-	b := startElector(t, s, "b")
-	eventually(t, 10*time.Second, "b observes a", func() bool {
-		_, leader, _ := b.f.state()
-		return leader == a.e.cfg.Record
-	})
+	a, b := leaderAndStandby(t, s)
 
 	cancelled := time.Now()
 	a.cancel()
@@ -64,23 +52,14 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 	if !aOff.Before(bOn) {
 		t.Errorf("a stepped down at %v, after b took over at %v", aOff, bOn)
 	}
-	eventually(t, 10*time.Second, "b observes itself", func() bool {
-		_, leader, _ := b.f.state()
-		return leader == b.e.cfg.Record
-	})
+	awaitLeader(t, b, b)
 	b.stop(t)
 	noLeak(t)
 }
 
 func TestLeaderStepsDownWhenEtcdGoesAway(t *testing.T) {
 	s := startEtcd(t)
-	a := startElector(t, s, "a")
-	eventually(t, 10*time.Second, "a leads", a.f.isActive)
-	b := startElector(t, s, "b")
-	eventually(t, 10*time.Second, "b observes a", func() bool {
-		_, leader, _ := b.f.state()
-		return leader == a.e.cfg.Record
-	})
+	a, b := leaderAndStandby(t, s)
 
 	s.Kill()
 	d := eventually(t, 10*time.Second, "a steps down with etcd gone", func() bool {
@@ -107,13 +86,7 @@ func TestLeaderStepsDownWhenEtcdGoesAway(t *testing.T) {
 
 func TestLeaderStepsDownWhenEtcdHangs(t *testing.T) {
 	s := startEtcd(t)
-	a := startElector(t, s, "a")
-	eventually(t, 10*time.Second, "a leads", a.f.isActive)
-	b := startElector(t, s, "b")
-	eventually(t, 10*time.Second, "b observes a", func() bool {
-		_, leader, _ := b.f.state()
-		return leader == a.e.cfg.Record
-	})
+	a, b := leaderAndStandby(t, s)
 
 	// A stopped etcd keeps its connections open and answers nothing: a
 	// partition, not a reset.
@@ -184,10 +157,7 @@ func TestHostileElectionValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "a leads once the key is gone", a.f.isActive)
-	eventually(t, 10*time.Second, "a observes itself", func() bool {
-		_, leader, _ := a.f.state()
-		return leader == a.e.cfg.Record
-	})
+	awaitLeader(t, a, a)
 	if _, _, n := a.f.state(); n != 3 {
 		t.Errorf("SetLeader called %d times, want 3 (none, none, a)", n)
 	}

@@ -115,6 +115,26 @@ func (r *run) stop(t *testing.T) {
 	}
 }
 
+// awaitLeader waits until r's follower was told leader's record.
+func awaitLeader(t *testing.T, r, leader *run) {
+	t.Helper()
+	eventually(t, 10*time.Second, r.e.cfg.Record.Identity+" observes "+leader.e.cfg.Record.Identity, func() bool {
+		_, got, _ := r.f.state()
+		return got == leader.e.cfg.Record
+	})
+}
+
+// leaderAndStandby starts a, waits until it leads, then starts b and
+// waits until b observes a.
+func leaderAndStandby(t *testing.T, s *etcdserver.Server) (a, b *run) {
+	t.Helper()
+	a = startElector(t, s, "a")
+	eventually(t, 10*time.Second, "a leads", a.f.isActive)
+	b = startElector(t, s, "b")
+	awaitLeader(t, b, a)
+	return a, b
+}
+
 // eventually polls cond every 10ms until it holds or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
