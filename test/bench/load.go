@@ -38,6 +38,24 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("bench: unknown mode %q (want buffered or duplex)", s)
 }
 
+// String and Set make a *Mode a flag.Value, parsed by ParseMode.
+func (m *Mode) String() string {
+	if m == nil {
+		return ""
+	}
+	return string(*m)
+}
+
+// Set parses s into m.
+func (m *Mode) Set(s string) error {
+	v, err := ParseMode(s)
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
 // ProcessingMode returns the filter's processing_mode for m.
 func (m Mode) ProcessingMode() *extprocfilterv3.ProcessingMode {
 	pm := &extprocfilterv3.ProcessingMode{

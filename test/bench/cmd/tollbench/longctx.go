@@ -392,7 +392,8 @@ func runLongCtx(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.SetOutput(stderr)
 	var cfg bench.LongConfig
 	var nullAddr, tgAddr string
-	mode := fs.String("mode", "duplex", "processing mode: buffered or duplex")
+	cfg.Mode = bench.ModeDuplex
+	fs.Var(&cfg.Mode, "mode", "processing mode: buffered or duplex")
 	fs.StringVar(&nullAddr, "null", "", "the null ext_proc server's address (required)")
 	fs.StringVar(&tgAddr, "tollgate", "", "tollgate's ext_proc address (required)")
 	fs.StringVar(&cfg.Model, "model", bench.BenchModel, "the requests' model")
@@ -404,11 +405,6 @@ func runLongCtx(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	m, err := bench.ParseMode(*mode)
-	if err != nil {
-		return err
-	}
-	cfg.Mode = m
 	if nullAddr == "" || tgAddr == "" {
 		return errors.New("--null and --tollgate are required")
 	}

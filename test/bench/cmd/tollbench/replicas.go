@@ -803,18 +803,15 @@ func runInterleave(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.SetOutput(stderr)
 	var cfg bench.InterleaveConfig
 	servers := fs.String("servers", "", "NAME=ADDR[,NAME=ADDR...]: the ext_proc servers, in the order of each cycle (required)")
-	mode := fs.String("mode", "buffered", "processing mode: buffered or duplex")
+	cfg.Mode = bench.ModeBuffered
+	fs.Var(&cfg.Mode, "mode", "processing mode: buffered or duplex")
 	fs.IntVar(&cfg.Requests, "requests", 3000, "measured requests per server")
 	fs.IntVar(&cfg.Warmup, "warmup", 300, "unmeasured requests per server first")
 	fs.IntVar(&cfg.Block, "block", 50, "requests sent to one server before the next")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	m, err := bench.ParseMode(*mode)
-	if err != nil {
-		return err
-	}
-	cfg.Mode = m
+	var err error
 	if cfg.Servers, err = parseServers(*servers); err != nil {
 		return err
 	}
@@ -854,7 +851,8 @@ func runLoads(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	var cfg bench.LoadConfig
 	ext := fs.String("ext", "", "ADDR[,ADDR...]: one load per address, an address may repeat (required)")
-	mode := fs.String("mode", "buffered", "processing mode: buffered or duplex")
+	cfg.Mode = bench.ModeBuffered
+	fs.Var(&cfg.Mode, "mode", "processing mode: buffered or duplex")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 32, "requests in flight per load")
 	fs.IntVar(&cfg.Conns, "conns", 2, "gRPC connections per load")
 	fs.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured warm-up")
@@ -862,11 +860,6 @@ func runLoads(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	m, err := bench.ParseMode(*mode)
-	if err != nil {
-		return err
-	}
-	cfg.Mode = m
 	var cfgs []bench.LoadConfig
 	for a := range strings.SplitSeq(*ext, ",") {
 		if a = strings.TrimSpace(a); a != "" {

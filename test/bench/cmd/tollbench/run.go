@@ -110,7 +110,8 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg bench.LoadConfig
-	mode := fs.String("mode", "buffered", "processing mode: buffered or duplex")
+	cfg.Mode = bench.ModeBuffered
+	fs.Var(&cfg.Mode, "mode", "processing mode: buffered or duplex")
 	fs.StringVar(&cfg.ExtProcAddr, "ext", "", "ext_proc server address (required)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 1, "requests in flight")
 	fs.IntVar(&cfg.Conns, "conns", 2, "gRPC connections")
@@ -124,11 +125,6 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	m, err := bench.ParseMode(*mode)
-	if err != nil {
-		return err
-	}
-	cfg.Mode = m
 	if cfg.ExtProcAddr == "" {
 		return errors.New("--ext is required")
 	}
