@@ -97,17 +97,7 @@ func TestUpValidate(t *testing.T) {
 		{"booking prefill over", adopt(func(b *sched.Booking) { b.Prefill.Worker = str(MaxStringBytes + 1) }), "booking prefill worker is 1025"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.u.Validate()
-			switch {
-			case tt.err == "" && err != nil:
-				t.Errorf("Validate = %v, want nil", err)
-			case tt.err != "" && err == nil:
-				t.Errorf("Validate = nil, want %q", tt.err)
-			case err != nil && (!strings.Contains(err.Error(), tt.err) || !strings.HasPrefix(err.Error(), "peer: invalid ")):
-				t.Errorf("Validate = %q, want peer: invalid ...%q", err, tt.err)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkValidate(t, tt.u.Validate(), tt.err) })
 	}
 }
 
@@ -173,17 +163,21 @@ func TestDownValidate(t *testing.T) {
 		{"nested fallbacks", decided(func(d *Decision) { d.Target.Fallbacks[0].Fallbacks = []fleet.Target{{}} }), "target fallback fallbacks has 1 entries, over 0"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.d.Validate()
-			switch {
-			case tt.err == "" && err != nil:
-				t.Errorf("Validate = %v, want nil", err)
-			case tt.err != "" && err == nil:
-				t.Errorf("Validate = nil, want %q", tt.err)
-			case err != nil && (!strings.Contains(err.Error(), tt.err) || !strings.HasPrefix(err.Error(), "peer: invalid ")):
-				t.Errorf("Validate = %q, want peer: invalid ...%q", err, tt.err)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkValidate(t, tt.d.Validate(), tt.err) })
+	}
+}
+
+// checkValidate holds a Validate error to want: nil when want is "", else
+// a "peer: invalid " error that contains want.
+func checkValidate(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("Validate = %v, want nil", err)
+	case want != "" && err == nil:
+		t.Errorf("Validate = nil, want %q", want)
+	case err != nil && (!strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "peer: invalid ")):
+		t.Errorf("Validate = %q, want peer: invalid ...%q", err, want)
 	}
 }
 
