@@ -8,16 +8,16 @@ import (
 	"math/bits"
 )
 
-// Plain marks the bytes a JSON string holds as they are: not the quote,
+// plain marks the bytes a JSON string holds as they are: not the quote,
 // the backslash or a control character.
-var Plain = func() (t [256]bool) {
+var plain = func() (t [256]bool) {
 	for c := range t {
 		t[c] = c >= 0x20 && c != '"' && c != '\\'
 	}
 	return t
 }()
 
-// PlainRun returns the end of the run of Plain bytes at b[i:], and whether
+// PlainRun returns the end of the run of plain bytes at b[i:], and whether
 // the run is ASCII.
 func PlainRun(b []byte, i int) (end int, ascii bool) {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
@@ -36,7 +36,7 @@ func PlainRun(b []byte, i int) (end int, ascii bool) {
 		acc |= x
 	}
 	var high byte
-	for i < len(b) && Plain[b[i]] {
+	for i < len(b) && plain[b[i]] {
 		high |= b[i]
 		i++
 	}

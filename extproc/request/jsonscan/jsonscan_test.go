@@ -11,7 +11,7 @@ import (
 func TestPlainRun(t *testing.T) {
 	naive := func(b []byte, i int) (int, bool) {
 		var high byte
-		for i < len(b) && Plain[b[i]] {
+		for i < len(b) && plain[b[i]] {
 			high |= b[i]
 			i++
 		}
@@ -51,7 +51,7 @@ func FuzzPlainRun(f *testing.F) {
 		}
 		end, ascii := PlainRun(b, i)
 		j, high := i, byte(0)
-		for j < len(b) && Plain[b[j]] {
+		for j < len(b) && plain[b[j]] {
 			high |= b[j]
 			j++
 		}
