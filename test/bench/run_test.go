@@ -181,8 +181,9 @@ func TestRunLoadStreamedResponses(t *testing.T) {
 		msgs[i] = float64(r.MsgsSent) / float64(r.Completed)
 	}
 	// Headers, body, response headers, the body chunks and the end:
-	// streamed, at least a chunk per event; written at once, few.
-	if msgs[0] < 12 || msgs[1] > 7 {
+	// streamed, up to a message per event (12), fewer when a loaded
+	// machine reads two events in one go; written at once, a few.
+	if msgs[0] < 9 || msgs[1] > 7 {
 		t.Errorf("messages per request: streamed %.1f, one write %.1f", msgs[0], msgs[1])
 	}
 }
