@@ -24,7 +24,8 @@ type Tokenizer = tokenize.Tokenizer
 // that a few large bodies cannot take every core, or a few hundred MB
 // each, from the small requests. A heavy prompt waits at most heavyWait
 // for a slot, behind at most heavyMaxWaiting() others; otherwise it is
-// priced by the estimate.
+// priced by the estimate. While it runs, its encode may take a second,
+// free slot for a helper goroutine (tokenize.WithHelpers), never waiting.
 const (
 	heavyPromptBytes = 64 << 10
 	heavyWait        = 250 * time.Millisecond
@@ -95,7 +96,7 @@ func newPromptTokenizer(tok Tokenizer, reg prometheus.Registerer, log *slog.Logg
 	reg.MustRegister(pt.estimated, pt.cancelled,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tollgate_tokenize_heavy_running",
-			Help: "Heavy tokenizations (prompts of 64 KiB or more) running now.",
+			Help: "Heavy tokenization slots in use now: a prompt of 64 KiB or more takes one, and a second for its encode helper while one is free.",
 		}, func() float64 { return float64(len(pt.slots)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tollgate_tokenize_heavy_waiting",
@@ -116,6 +117,7 @@ func (pt *promptTokenizer) tokens(ctx context.Context, r *openai.Request) (ids [
 			return nil, estimateTokens(r), false, nil
 		}
 		defer release()
+		ctx = tokenize.WithHelpers(ctx, pt.tryAcquire)
 	}
 	c, rej := promptTokens(ctx, pt.tok, r)
 	if c.fallback != nil {
@@ -124,14 +126,24 @@ func (pt *promptTokenizer) tokens(ctx context.Context, r *openai.Request) (ids [
 	return c.ids, c.n, c.exact, rej
 }
 
+// tryAcquire takes a heavy slot if one is free; a heavy tokenization's
+// long segment takes one for its encode helper (tokenize.WithHelpers).
+func (pt *promptTokenizer) tryAcquire() (release func(), ok bool) {
+	select {
+	case pt.slots <- struct{}{}:
+		return pt.release, true
+	default:
+		return nil, false
+	}
+}
+
+func (pt *promptTokenizer) release() { <-pt.slots }
+
 // acquire takes a heavy slot, waiting at most pt.wait behind at most
 // maxWaiting others while ctx lives.
 func (pt *promptTokenizer) acquire(ctx context.Context) (release func(), err error) {
-	release = func() { <-pt.slots }
-	select {
-	case pt.slots <- struct{}{}:
+	if release, ok := pt.tryAcquire(); ok {
 		return release, nil
-	default:
 	}
 	if pt.waiting.Add(1) > pt.maxWaiting {
 		pt.waiting.Add(-1)
@@ -142,7 +154,7 @@ func (pt *promptTokenizer) acquire(ctx context.Context) (release func(), err err
 	defer t.Stop()
 	select {
 	case pt.slots <- struct{}{}:
-		return release, nil
+		return pt.release, nil
 	case <-t.C:
 		return nil, errHeavyBusy
 	case <-ctx.Done():

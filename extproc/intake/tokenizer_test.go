@@ -128,6 +128,54 @@ func TestPromptTokenizer_BoundsHeavyWork(t *testing.T) {
 	})
 }
 
+// helperTokenizer is an exact tokenizer that asks its context for an
+// encode helper (tokenize.TakeHelper) and holds what it got until release.
+type helperTokenizer struct {
+	heavyTokenizer
+	granted atomic.Int64
+}
+
+func (h *helperTokenizer) EncodeContext(ctx context.Context, model, text string, dst []uint32) ([]uint32, int, error) {
+	if release, ok := tokenize.TakeHelper(ctx); ok {
+		h.granted.Add(1)
+		defer release()
+	}
+	return h.heavyTokenizer.EncodeContext(ctx, model, text, dst)
+}
+
+// TestPromptTokenizer_HelpersShareSlots: a heavy prompt's encode helper
+// takes a free heavy slot, never waits for one, and gives it back; a small
+// prompt gets none.
+func TestPromptTokenizer_HelpersShareSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tok := &helperTokenizer{heavyTokenizer: heavyTokenizer{release: make(chan struct{})}}
+		pt := newPromptTokenizer(tok, prometheus.NewRegistry(), nil)
+		pt.slots = make(chan struct{}, 3)
+		heavy := &openai.Request{Model: "m", Text: strings.Repeat("x", heavyPromptBytes)}
+		for range 2 {
+			go func() {
+				if _, _, _, rej := pt.tokens(t.Context(), heavy); rej != nil {
+					t.Error(rej)
+				}
+			}()
+			synctest.Wait()
+		}
+		// The first took a slot and a helper's; the second a slot only.
+		if got, used := tok.granted.Load(), len(pt.slots); got != 1 || used != 3 {
+			t.Fatalf("helpers granted %d, slots in use %d: want 1, 3", got, used)
+		}
+		if _, _, exact, _ := pt.tokens(t.Context(), &openai.Request{Model: "m", Text: "small"}); !exact || tok.granted.Load() != 1 {
+			t.Errorf("a small prompt: exact %v, helpers granted %d", exact, tok.granted.Load())
+		}
+		tok.release <- struct{}{}
+		tok.release <- struct{}{}
+		synctest.Wait()
+		if used := len(pt.slots); used != 0 {
+			t.Errorf("%d slots still in use", used)
+		}
+	})
+}
+
 // TestPromptTokenizer_StreamEnds: a heavy prompt whose stream ends while
 // it waits for a slot, or while it is tokenized, stops at once.
 func TestPromptTokenizer_StreamEnds(t *testing.T) {

@@ -184,6 +184,15 @@ func (t *BPE) encodeSegment(ws *workspace, s string, segStart, from, end int, ds
 		seg = t.normalize(seg)
 	}
 	windowed := len(seg) > segmentWindow && localPre(t.pre)
+	var pl *pipeline
+	window := segmentWindow
+	if windowed {
+		if release, ok := TakeHelper(ws.ctx); ok {
+			pl = t.startPipeline(ws, rec != nil && rec.pieces)
+			defer func() { pl.stop(); release() }()
+			window *= pipelineWindows
+		}
+	}
 	pos := from // the raw text offset of the next piece, when rec.pieces
 	for off := 0; off < len(seg) && ws.err == nil; {
 		p := piece{s: seg[off:], first: from == 0 && off == 0}
@@ -191,33 +200,46 @@ func (t *BPE) encodeSegment(ws *workspace, s string, segStart, from, end int, ds
 		switch {
 		case windowed:
 			var n int
-			pieces, n = t.splitWindow(ws, p)
+			pieces, n = t.splitWindow(ws, p, window)
 			off += n
 		case t.pre == nil:
 			pieces, off = t.model.splitWords(ws.pieces[:0], p), len(seg)
 		default:
 			pieces, off = t.pre.split(ws, ws.pieces[:0], p), len(seg)
 		}
+		if pl != nil {
+			// The helper encodes these pieces while the next window is
+			// split.
+			dst, pos = pl.collect(ws, s, segStart, end, pos, dst)
+			pl.send(ws, pieces)
+			continue
+		}
 		dst, pos = t.encodePieces(ws, pieces, s, segStart, end, pos, dst)
 		clear(pieces) // drop string references held by the pooled buffer
 		ws.pieces = pieces[:0]
+	}
+	if pl != nil {
+		dst, _ = pl.collect(ws, s, segStart, end, pos, dst)
 	}
 	return dst
 }
 
 // segmentWindow is the length of text splitWindow pre-tokenizes at a time
-// (a variable for tests).
+// (a variable for tests); pipelineWindows of them when a helper encodes
+// the pieces (fewer hand-offs between the two goroutines).
 var segmentWindow = 16 << 10
 
-// splitWindow pre-tokenizes the start of p, a long part of a segment, with
+const pipelineWindows = 4
+
+// splitWindow pre-tokenizes the start of p, window bytes of a long part of a segment, with
 // a local pre-tokenizer (localPre), and returns the pieces of p that no
 // text after the window can change and their length; p whole when it fits
 // the window. As for the prefix cache's resume points (reuse.go), pieces
 // 0..i are decided when piece i+reusePieceLag is not the window's last and
 // ends utf8.UTFMax bytes or more before the window does. A window with no
 // such piece (one long run) is doubled.
-func (t *BPE) splitWindow(ws *workspace, p piece) ([]piece, int) {
-	for size := segmentWindow; size < len(p.s); size *= 2 {
+func (t *BPE) splitWindow(ws *workspace, p piece, window int) ([]piece, int) {
+	for size := window; size < len(p.s); size *= 2 {
 		for size < len(p.s) && !utf8.RuneStart(p.s[size]) {
 			size++
 		}
@@ -257,31 +279,162 @@ func (t *BPE) encodePieces(ws *workspace, pieces []piece, s string, segStart, en
 		if ws.cancelled(len(q.s)) {
 			break
 		}
-		if t.pre == nil || q.bytes || !t.model.metaWords {
-			dst = t.model.encodeWord(ws, q, dst)
-		} else {
-			// A char-level piece after a pre-tokenizer (Gemma's Split on " "
-			// comes after the normalizer turned spaces into ▁) is still cut
-			// into words where no merge can cross.
-			words := t.model.splitWords(ws.words[:0], q)
-			for _, w := range words {
-				dst = t.model.encodeWord(ws, w, dst)
-			}
-			clear(words)
-			ws.words = words[:0]
-		}
+		dst = t.encodePiece(ws, q, dst)
 		if rec != nil && rec.pieces {
-			// Pieces tile the segment (reuse.go checks the pre-tokenizer
-			// before it sets rec.pieces); a piece elsewhere is a bug.
-			if next := pos + len(q.s); next > end || s[pos:next] != q.s {
-				rec.broken = true
-			} else {
-				pos = next
-				rec.piece(pos, segStart, len(dst), pos < end)
-			}
+			pos = rec.tile(s, q, segStart, end, pos, len(dst))
 		}
 	}
 	return dst, pos
+}
+
+// encodePiece appends the ids of one piece.
+func (t *BPE) encodePiece(ws *workspace, q piece, dst []uint32) []uint32 {
+	if t.pre == nil || q.bytes || !t.model.metaWords {
+		return t.model.encodeWord(ws, q, dst)
+	}
+	// A char-level piece after a pre-tokenizer (Gemma's Split on " " comes
+	// after the normalizer turned spaces into ▁) is still cut into words
+	// where no merge can cross.
+	words := t.model.splitWords(ws.words[:0], q)
+	for _, w := range words {
+		dst = t.model.encodeWord(ws, w, dst)
+	}
+	clear(words)
+	ws.words = words[:0]
+	return dst
+}
+
+// A long segment's pieces are BPE-encoded on a helper goroutine while the
+// calling one pre-tokenizes the next window (a pipeline), so a cold long
+// prompt takes two cores, when the caller's context grants a helper
+// (WithHelpers): serve's heavy tokenizations take it from their own
+// bounded slots, so helpers never add to the cores they hold.
+type helperKey struct{}
+
+// WithHelpers returns ctx with take, which an encode under it calls to
+// ask for a helper goroutine for a long segment: take reports whether one
+// is granted and, if so, returns its release. Without it an encode runs on
+// the calling goroutine alone.
+func WithHelpers(ctx context.Context, take func() (release func(), ok bool)) context.Context {
+	return context.WithValue(ctx, helperKey{}, take)
+}
+
+// TakeHelper asks ctx for a helper goroutine (WithHelpers): a tokenizer
+// calls it before it splits its work, and releases what it was granted.
+func TakeHelper(ctx context.Context) (release func(), ok bool) {
+	if ctx == nil {
+		return nil, false
+	}
+	take, _ := ctx.Value(helperKey{}).(func() (func(), bool))
+	if take == nil {
+		return nil, false
+	}
+	return take()
+}
+
+// pipeline is one segment's helper: it encodes a batch of pieces (one
+// window's) at a time, sent by the calling goroutine, which collects the
+// ids before it sends the next batch.
+type pipeline struct {
+	t  *BPE
+	ws *workspace // the helper's
+	// count is set when the calling goroutine records piece boundaries
+	// and needs each piece's id count.
+	count bool
+	in    chan []piece
+	out   chan struct{} // a batch is encoded: ids, counts and err hold it
+	done  chan struct{}
+
+	// The batch out, and the one before it, whose buffer the next
+	// window's pieces take; the batch's ids and per-piece id counts,
+	// written by the helper and read by the caller in turn.
+	batch, spare []piece
+	busy         bool
+	ids          []uint32
+	counts       []int
+	err          error
+}
+
+// startPipeline starts a helper for the call whose workspace is ws; count
+// asks for each piece's id count.
+func (t *BPE) startPipeline(ws *workspace, count bool) *pipeline {
+	hws := t.workspaces.Get().(*workspace)
+	hws.ctx, hws.err, hws.work = ws.ctx, nil, 0
+	pl := &pipeline{t: t, ws: hws, count: count, in: make(chan []piece), out: make(chan struct{}), done: make(chan struct{}),
+		spare: hws.batch, ids: hws.ids, counts: hws.counts}
+	go pl.run()
+	return pl
+}
+
+// run encodes each batch it is sent until in is closed.
+func (pl *pipeline) run() {
+	defer close(pl.done)
+	ws := pl.ws
+	for batch := range pl.in {
+		pl.ids, pl.counts = pl.ids[:0], pl.counts[:0]
+		for _, q := range batch {
+			if ws.cancelled(len(q.s)) {
+				break
+			}
+			n := len(pl.ids)
+			pl.ids = pl.t.encodePiece(ws, q, pl.ids)
+			if pl.count {
+				pl.counts = append(pl.counts, len(pl.ids)-n)
+			}
+		}
+		pl.err = ws.err
+		pl.out <- struct{}{}
+	}
+}
+
+// send hands pieces, the calling workspace's buffer, to the helper, and
+// gives the workspace the buffer of the batch before.
+func (pl *pipeline) send(ws *workspace, pieces []piece) {
+	ws.cancelled(0)
+	pl.batch, pl.busy = pieces, true
+	ws.pieces = pl.spare
+	pl.in <- pieces
+}
+
+// collect waits for the batch out, if any, and appends its ids to dst,
+// recording its piece boundaries as encodePieces does.
+func (pl *pipeline) collect(ws *workspace, s string, segStart, end, pos int, dst []uint32) ([]uint32, int) {
+	if !pl.busy {
+		return dst, pos
+	}
+	<-pl.out
+	pl.busy = false
+	if pl.err != nil && ws.err == nil {
+		ws.err = pl.err
+	}
+	if rec := ws.rec; pl.count && ws.err == nil {
+		at := 0
+		for i, n := range pl.counts {
+			dst = append(dst, pl.ids[at:at+n]...)
+			at += n
+			pos = rec.tile(s, pl.batch[i], segStart, end, pos, len(dst))
+		}
+	} else {
+		dst = append(dst, pl.ids...)
+	}
+	clear(pl.batch) // drop string references held by the buffer
+	pl.spare, pl.batch = pl.batch[:0], nil
+	return dst, pos
+}
+
+// stop ends the helper and returns its workspace.
+func (pl *pipeline) stop() {
+	if pl.busy { // only when the caller panicked
+		<-pl.out
+		pl.busy = false
+	}
+	close(pl.in)
+	<-pl.done
+	ws := pl.ws
+	ws.ctx, ws.err = nil, nil
+	ws.batch, ws.ids, ws.counts = pl.spare, pl.ids[:0], pl.counts[:0]
+	ws.trim()
+	pl.t.workspaces.Put(ws)
 }
 
 // cancelCheckWork is how much work (bytes of text, merges) passes between
@@ -307,6 +460,10 @@ type workspace struct {
 	words  []piece
 	tmp    []piece
 	spans  []span
+	// A pipeline helper's (pipeline.spare, ids and counts).
+	batch  []piece
+	ids    []uint32
+	counts []int
 
 	// cache remembers the ids of short pieces already encoded: words
 	// repeat, and most of a prompt's cost is merging them. ids[v>>32 :
@@ -359,5 +516,8 @@ func (ws *workspace) trim() {
 	}
 	if cap(ws.pieces) > maxKeptScratch || cap(ws.tmp) > maxKeptScratch || cap(ws.spans) > maxKeptScratch {
 		ws.pieces, ws.tmp, ws.spans = nil, nil, nil
+	}
+	if cap(ws.batch) > maxKeptScratch || cap(ws.ids) > maxKeptScratch || cap(ws.counts) > maxKeptScratch {
+		ws.batch, ws.ids, ws.counts = nil, nil, nil
 	}
 }

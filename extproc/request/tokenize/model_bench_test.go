@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,6 +187,36 @@ func BenchmarkChatWorstCase(b *testing.B) {
 				_, cost, _ := tok.chat.RenderContext(b.Context(), msgs, nil)
 				b.ReportMetric(float64(cost.Steps)/float64(len(msgs)), "steps/B")
 				b.ReportMetric(float64(cost.Bytes)/float64(len(msgs)), "work-bytes/B")
+			})
+		}
+	}
+}
+
+// BenchmarkLongSegment encodes a 400 KiB text, one segment, with the real
+// byte-level model tokenizers, its pieces encoded inline or by a helper
+// while the next window is pre-tokenized (encode.go's pipeline).
+func BenchmarkLongSegment(b *testing.B) {
+	const size = 400 << 10
+	text := englishText(7, size)[:size]
+	for _, m := range benchModels {
+		if m.name != "qwen3" && m.name != "llama3.1" {
+			continue
+		}
+		for _, pipelined := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/pipelined=%v", m.name, pipelined), func(b *testing.B) {
+				tok, err := LoadHFDir(benchModelDir(b, m.pkg, m.template))
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := helperContext(pipelined)
+				var buf []uint32
+				b.SetBytes(size)
+				b.ReportAllocs()
+				for b.Loop() {
+					if buf, _, err = tok.EncodeContext(ctx, m.name, text, buf[:0]); err != nil {
+						b.Fatal(err)
+					}
+				}
 			})
 		}
 	}

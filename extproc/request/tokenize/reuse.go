@@ -625,6 +625,20 @@ func (r *recorder) piece(e, s0, dstLen int, more bool) {
 	}
 }
 
+// tile notes piece q, found at pos in the segment s[segStart:end], with
+// dstLen ids in dst, and returns the offset after it. Pieces tile the
+// segment (encode checks the pre-tokenizer before it sets r.pieces); a
+// piece elsewhere is a bug and breaks the recording.
+func (r *recorder) tile(s string, q piece, segStart, end, pos, dstLen int) int {
+	next := pos + len(q.s)
+	if next > end || s[pos:next] != q.s {
+		r.broken = true
+		return pos
+	}
+	r.piece(next, segStart, dstLen, next < end)
+	return next
+}
+
 // maxRecordedBounds bounds recorder.bounds.
 const maxRecordedBounds = 64
 

@@ -264,7 +264,13 @@ type reuseCase struct {
 
 func (rc *reuseCase) check(t testing.TB, text string, special bool) {
 	t.Helper()
-	got, _, err := rc.cached.encode(context.Background(), text, []uint32{7}, special)
+	rc.checkContext(t, context.Background(), text, special)
+}
+
+// checkContext is check with the cached encode under ctx.
+func (rc *reuseCase) checkContext(t testing.TB, ctx context.Context, text string, special bool) {
+	t.Helper()
+	got, _, err := rc.cached.encode(ctx, text, []uint32{7}, special)
 	if err != nil {
 		t.Fatal(err)
 	}

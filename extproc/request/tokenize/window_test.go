@@ -11,20 +11,36 @@ import (
 )
 
 // encodeWindowed encodes text with segments pre-tokenized window bytes at
-// a time (window 0: whole).
-func encodeWindowed(t testing.TB, tok *BPE, text string, window int) []uint32 {
+// a time (window 0: whole), their pieces encoded by a helper (pipeline) or
+// not.
+func encodeWindowed(t testing.TB, tok *BPE, text string, window int, pipelined bool) []uint32 {
 	t.Helper()
+	defer setWindow(window)()
+	ids, _, err := tok.encode(helperContext(pipelined), text, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// setWindow sets segmentWindow (0: no windows) and returns what restores
+// it.
+func setWindow(window int) func() {
 	old := segmentWindow
 	segmentWindow = window
 	if window == 0 {
 		segmentWindow = 1 << 62
 	}
-	defer func() { segmentWindow = old }()
-	ids, _, err := tok.encode(context.Background(), text, nil, false)
-	if err != nil {
-		t.Fatal(err)
+	return func() { segmentWindow = old }
+}
+
+// helperContext is a context that grants encode's pipeline a helper
+// whenever it asks (pipelined) or never.
+func helperContext(pipelined bool) context.Context {
+	if !pipelined {
+		return context.Background()
 	}
-	return ids
+	return WithHelpers(context.Background(), func() (func(), bool) { return func() {}, true })
 }
 
 // checkWindows holds the ids of text encoded with small windows, where
@@ -32,14 +48,16 @@ func encodeWindowed(t testing.TB, tok *BPE, text string, window int) []uint32 {
 // segments at once.
 func checkWindows(t *testing.T, name string, tok *BPE, text string) {
 	t.Helper()
-	want := encodeWindowed(t, tok, text, 0)
+	want := encodeWindowed(t, tok, text, 0, false)
 	for _, window := range []int{1, 5, 13, 64, 500} {
-		if got := encodeWindowed(t, tok, text, window); !slices.Equal(got, want) {
-			i := 0
-			for i < min(len(got), len(want)) && got[i] == want[i] {
-				i++
+		for _, pipelined := range []bool{false, true} {
+			if got := encodeWindowed(t, tok, text, window, pipelined); !slices.Equal(got, want) {
+				i := 0
+				for i < min(len(got), len(want)) && got[i] == want[i] {
+					i++
+				}
+				t.Fatalf("%s, window %d, pipelined %v: ids differ from the whole segment's at %d of %d/%d\ntext %.300q", name, window, pipelined, i, len(got), len(want), text)
 			}
-			t.Fatalf("%s, window %d: ids differ from the whole segment's at %d of %d/%d\ntext %.300q", name, window, i, len(got), len(want), text)
 		}
 	}
 }
@@ -107,9 +125,11 @@ func FuzzSegmentWindows(f *testing.F) {
 			return
 		}
 		for _, tok := range toks {
-			want := encodeWindowed(t, tok, text, 0)
-			if got := encodeWindowed(t, tok, text, 1+int(window)); !slices.Equal(got, want) {
-				t.Fatalf("window %d: %v, want %v", 1+int(window), got, want)
+			want := encodeWindowed(t, tok, text, 0, false)
+			for _, pipelined := range []bool{false, true} {
+				if got := encodeWindowed(t, tok, text, 1+int(window), pipelined); !slices.Equal(got, want) {
+					t.Fatalf("window %d, pipelined %v: %v, want %v", 1+int(window), pipelined, got, want)
+				}
 			}
 		}
 	})
@@ -120,18 +140,18 @@ func FuzzSegmentWindows(f *testing.F) {
 // windows, the two working together as in serve, and holds the ids to a
 // fresh encode's.
 func TestSegmentWindowsWithReuse(t *testing.T) {
-	old := segmentWindow
-	defer func() { segmentWindow = old }()
 	for _, window := range []int{7, 100} {
-		segmentWindow = window
+		restore := setWindow(window)
+		defer restore()
+		ctx := helperContext(window == 7)
 		for _, rc := range reuseCases(t, 1<<20, 61, 0) {
 			r := rand.New(rand.NewPCG(13, uint64(window)))
 			for range 10 {
 				a := chatText(r, 200+r.IntN(2000), rc.extra)
-				rc.check(t, a, false)
+				rc.checkContext(t, ctx, a, false)
 				d := r.IntN(len(a) + 1)
 				for _, b := range []string{a, a + chatText(r, 300, rc.extra), a[:d] + spacyText(r, 30)} {
-					rc.check(t, b, false)
+					rc.checkContext(t, ctx, b, false)
 				}
 			}
 			if s := rc.cached.reuse.Load().cache.Stats(); s.Hits == 0 {
