@@ -166,7 +166,9 @@ func (a *addedVocab) scan(s string, from, segStart int, text func(segStart, from
 // of its part from from (a piece boundary) on: the part is normalized,
 // pre-tokenized into pieces and each piece BPE-encoded on its own. A long
 // part is pre-tokenized a window at a time where the pre-tokenizer allows
-// it (splitWindow), so that its pieces need not all be held at once.
+// it (splitWindow), so that its pieces need not all be held at once, and
+// its pieces are encoded by a helper when the context grants one
+// (WithHelpers).
 func (t *BPE) encodeSegment(ws *workspace, s string, segStart, from, end int, dst []uint32) []uint32 {
 	if ws.cancelled(0) {
 		return dst
@@ -186,7 +188,7 @@ func (t *BPE) encodeSegment(ws *workspace, s string, segStart, from, end int, ds
 	windowed := len(seg) > segmentWindow && localPre(t.pre)
 	var pl *pipeline
 	window := segmentWindow
-	if windowed {
+	if windowed && len(seg) > pipelineWindows*segmentWindow { // two batches or more
 		if release, ok := TakeHelper(ws.ctx); ok {
 			pl = t.startPipeline(ws, rec != nil && rec.pieces)
 			defer func() { pl.stop(); release() }()
