@@ -99,7 +99,10 @@ func classAt(s string, i int) (uint8, int) {
 // want (want 0: runes of class 0, neither letter, number nor space).
 func run(s string, i int, want uint8) int {
 	for i < len(s) {
-		c, w := classAt(s, i)
+		c, w := asciiClass[s[i]&(utf8.RuneSelf-1)], 1 // classAt, inlined for ASCII
+		if s[i] >= utf8.RuneSelf {
+			c, w = classAt(s, i)
+		}
 		if (want == 0 && c != 0) || (want != 0 && c&want == 0) {
 			break
 		}

@@ -199,6 +199,12 @@ func (s sequencePT) split(ws *workspace, dst []piece, p piece) []piece {
 			}
 			continue
 		}
+		if len(dst) == start+1 {
+			// One piece: split it in place.
+			q := dst[start]
+			dst = pt.split(ws, dst[:start], q)
+			continue
+		}
 		// Split the pieces in dst[start:] into ws.tmp, then copy back.
 		tmp := ws.tmp[:0]
 		ws.tmp = nil // a nested sequence must not share this buffer
@@ -276,6 +282,16 @@ type span struct {
 // NormalizedString::split does: the text is cut into alternating matched
 // and unmatched spans, which behavior then keeps, drops or merges.
 func regexSplit(ws *workspace, dst []piece, p piece, re *pattern, behavior splitBehavior, invert bool) []piece {
+	if f := re.fast; behavior == isolated && f != nil && f.deepseek == 0 {
+		// The matches tile the text and every one is kept: the pieces
+		// are the matches, with no spans in between.
+		for i := 0; i < len(p.s); {
+			j := f.next(p.s, i)
+			dst = append(dst, piece{s: p.s[i:j], bytes: p.bytes, first: p.first && i == 0})
+			i = j
+		}
+		return dst
+	}
 	spans := re.spans(ws, p.s, invert)
 	var merged []span
 	switch behavior {
