@@ -251,19 +251,23 @@ func (t *BPE) splitWindow(ws *workspace, p piece, window int) ([]piece, int) {
 		w := p
 		w.s = p.s[:size]
 		pieces := t.pre.split(ws, ws.pieces[:0], w)
-		var ends [reusePieceLag + 1]int // the ends of the last pieces, newest last
-		keep, n, at := 0, 0, 0
-		for j := 0; j < len(pieces)-1; j++ {
-			at += len(pieces[j].s)
-			copy(ends[:], ends[1:])
-			ends[reusePieceLag] = at
-			if j >= reusePieceLag && at+utf8.UTFMax <= size {
-				keep, n = j-reusePieceLag+1, ends[0]
-			}
+		// The pieces tile the window (localPre): from its end, find the
+		// newest piece j that is not the last and ends early enough.
+		j, at := len(pieces)-2, size // at: the end of piece j, once found
+		if j >= 0 {
+			at -= len(pieces[j+1].s)
 		}
-		if keep > 0 {
+		for j >= reusePieceLag && at+utf8.UTFMax > size {
+			at -= len(pieces[j].s)
+			j--
+		}
+		if j >= reusePieceLag {
+			for k := j; k > j-reusePieceLag; k-- {
+				at -= len(pieces[k].s) // down to the end of piece j-reusePieceLag
+			}
+			keep := j - reusePieceLag + 1
 			clear(pieces[keep:])
-			return pieces[:keep], n
+			return pieces[:keep], at
 		}
 		clear(pieces)
 		ws.pieces = pieces[:0]
