@@ -654,7 +654,13 @@ func (r *recorder) qualify(more bool) {
 		if p := r.bounds[j-reusePieceLag]; p.r > r.cand.r {
 			r.cand = p
 		}
-		r.bounds = append(r.bounds[:0], r.bounds[j-reusePieceLag:]...)
+		// Keep bounds[j-reusePieceLag:], a few: a loop, not a memmove
+		// call, as this runs for every piece.
+		n := len(r.bounds) - (j - reusePieceLag)
+		for k := range n {
+			r.bounds[k] = r.bounds[j-reusePieceLag+k]
+		}
+		r.bounds = r.bounds[:n]
 		return
 	}
 }
