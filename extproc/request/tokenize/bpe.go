@@ -227,20 +227,21 @@ func (b *bpeModel) encodeWord(ws *workspace, p piece, dst []uint32) []uint32 {
 	}
 	cacheable := len(p.s) <= cacheMaxPiece
 	if cacheable {
-		if v, ok := ws.cache[p.s]; ok {
-			return append(dst, ws.cacheIDs[v>>32:v>>32+v&0xffffffff]...)
+		if v, ok := ws.cache.m[p.s]; ok {
+			return append(dst, ws.cache.ids[v>>32:v>>32+v&0xffffffff]...)
 		}
 	}
 	start := len(dst)
 	dst = b.encodeUncached(ws, p, dst)
 	if cacheable && ws.err == nil { // a cancelled merge may be partial
-		if ws.cache == nil || len(ws.cache) >= cacheMaxEntries {
-			ws.cache = make(map[string]uint64, 1024)
-			ws.cacheIDs = ws.cacheIDs[:0]
+		c := ws.cache
+		if c.m == nil || len(c.m) >= cacheMaxEntries {
+			c.m = make(map[string]uint64, 1024)
+			c.ids = c.ids[:0]
 		}
-		off := uint64(len(ws.cacheIDs))
-		ws.cacheIDs = append(ws.cacheIDs, dst[start:]...)
-		ws.cache[strings.Clone(p.s)] = off<<32 | uint64(len(dst)-start)
+		off := uint64(len(c.ids))
+		c.ids = append(c.ids, dst[start:]...)
+		c.m[strings.Clone(p.s)] = off<<32 | uint64(len(dst)-start)
 	}
 	return dst
 }

@@ -26,6 +26,10 @@ type BPE struct {
 	prefix     []uint32
 	suffix     []uint32
 	workspaces sync.Pool
+	// wordCaches keeps the word caches of idle workspaces. A garbage
+	// collection empties the workspace pool; without it a long prompt
+	// after one would merge its first few thousand words afresh.
+	wordCaches chan *wordCache
 	// reuse is the prefix cache (SetReuseCache), nil when there is none.
 	reuse atomic.Pointer[reuseBinding]
 }
@@ -57,8 +61,7 @@ func (t *BPE) encode(ctx context.Context, text string, dst []uint32, special boo
 	if special {
 		dst = append(dst, t.prefix...)
 	}
-	ws := t.workspaces.Get().(*workspace)
-	ws.ctx, ws.err, ws.work = ctx, nil, 0
+	ws := t.getWorkspace(ctx)
 	var rs *reuseSession
 	if b := t.reuse.Load(); b != nil && len(text) >= b.cache.minBytes {
 		rs = b.begin(text, len(dst))
@@ -86,9 +89,7 @@ func (t *BPE) encode(ctx context.Context, text string, dst []uint32, special boo
 		}
 	}
 	err := ws.err
-	ws.ctx, ws.err = nil, nil
-	ws.trim()
-	t.workspaces.Put(ws)
+	t.putWorkspace(ws)
 	if rs != nil {
 		rs.finish(dst, err == nil)
 	}
@@ -364,8 +365,7 @@ type pipeline struct {
 // startPipeline starts a helper for the call whose workspace is ws; count
 // asks for each piece's id count.
 func (t *BPE) startPipeline(ws *workspace, count bool) *pipeline {
-	hws := t.workspaces.Get().(*workspace)
-	hws.ctx, hws.err, hws.work = ws.ctx, nil, 0
+	hws := t.getWorkspace(ws.ctx)
 	pl := &pipeline{t: t, ws: hws, count: count, in: make(chan []piece), out: make(chan struct{}), done: make(chan struct{}),
 		spare: hws.batch, ids: hws.ids, counts: hws.counts}
 	go pl.run()
@@ -437,10 +437,8 @@ func (pl *pipeline) stop() {
 	close(pl.in)
 	<-pl.done
 	ws := pl.ws
-	ws.ctx, ws.err = nil, nil
 	ws.batch, ws.ids, ws.counts = pl.spare, pl.ids[:0], pl.counts[:0]
-	ws.trim()
-	pl.t.workspaces.Put(ws)
+	pl.t.putWorkspace(ws)
 }
 
 // cancelCheckWork is how much work (bytes of text, merges) passes between
@@ -471,11 +469,46 @@ type workspace struct {
 	ids    []uint32
 	counts []int
 
-	// cache remembers the ids of short pieces already encoded: words
-	// repeat, and most of a prompt's cost is merging them. ids[v>>32 :
-	// v>>32+v&0xffffffff] are the ids of the piece cached under key v.
-	cache    map[string]uint64
-	cacheIDs []uint32
+	cache *wordCache
+}
+
+// wordCache remembers the ids of short pieces already encoded: words
+// repeat, and most of a prompt's cost is merging them. ids[v>>32 :
+// v>>32+v&0xffffffff] are the ids of the piece cached under key v.
+type wordCache struct {
+	m   map[string]uint64
+	ids []uint32
+}
+
+// initPools readies a new BPE's workspace pool and its word caches' free
+// list, which holds at most GOMAXPROCS of them (up to about 300 KiB each).
+func (t *BPE) initPools() {
+	t.workspaces.New = func() any { return new(workspace) }
+	t.wordCaches = make(chan *wordCache, runtime.GOMAXPROCS(0))
+}
+
+// getWorkspace returns a workspace for a call under ctx, with a word cache.
+func (t *BPE) getWorkspace(ctx context.Context) *workspace {
+	ws := t.workspaces.Get().(*workspace)
+	ws.ctx, ws.err, ws.work = ctx, nil, 0
+	select {
+	case ws.cache = <-t.wordCaches:
+	default:
+		ws.cache = new(wordCache)
+	}
+	return ws
+}
+
+// putWorkspace takes back a workspace, and its word cache unless the free
+// list is full.
+func (t *BPE) putWorkspace(ws *workspace) {
+	select {
+	case t.wordCaches <- ws.cache:
+	default:
+	}
+	ws.ctx, ws.err, ws.cache = nil, nil, nil
+	ws.trim()
+	t.workspaces.Put(ws)
 }
 
 // Word cache bounds: pieces up to cacheMaxPiece bytes are cached, and the

@@ -63,7 +63,7 @@ func ParseHF(data []byte) (*BPE, error) {
 		prefix:    prefix,
 		suffix:    suffix,
 	}
-	t.workspaces.New = func() any { return new(workspace) }
+	t.initPools()
 	return t, nil
 }
 

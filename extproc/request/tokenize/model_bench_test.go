@@ -193,8 +193,10 @@ func BenchmarkChatWorstCase(b *testing.B) {
 }
 
 // BenchmarkLongSegment encodes a 400 KiB text, one segment, with the real
-// byte-level model tokenizers, its pieces encoded inline or by a helper
-// while the next window is pre-tokenized (encode.go's pipeline).
+// byte-level model tokenizers: its pieces encoded inline or by a helper
+// while the next window is pre-tokenized (encode.go's pipeline), or inline
+// with a prefix id cache recording each text, new each time, as serve
+// encodes an unseen prompt.
 func BenchmarkLongSegment(b *testing.B) {
 	const size = 400 << 10
 	text := englishText(7, size)[:size]
@@ -202,18 +204,27 @@ func BenchmarkLongSegment(b *testing.B) {
 		if m.name != "qwen3" && m.name != "llama3.1" {
 			continue
 		}
-		for _, pipelined := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/pipelined=%v", m.name, pipelined), func(b *testing.B) {
+		for _, mode := range []string{"inline", "pipelined", "recorded"} {
+			b.Run(m.name+"/"+mode, func(b *testing.B) {
 				tok, err := LoadHFDir(benchModelDir(b, m.pkg, m.template))
 				if err != nil {
 					b.Fatal(err)
 				}
-				ctx := helperContext(pipelined)
+				if mode == "recorded" {
+					AttachReuseCache(tok, NewReuseCache(DefaultReuseCacheBytes))
+				}
+				ctx := helperContext(mode == "pipelined")
 				var buf []uint32
 				b.SetBytes(size)
 				b.ReportAllocs()
+				i := 0
 				for b.Loop() {
-					if buf, _, err = tok.EncodeContext(ctx, m.name, text, buf[:0]); err != nil {
+					s := text
+					if mode == "recorded" {
+						i++
+						s = fmt.Sprintf("%08d", i) + text[8:]
+					}
+					if buf, _, err = tok.EncodeContext(ctx, m.name, s, buf[:0]); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -309,7 +309,7 @@ func newReuseCase(t testing.TB, spec string, maxBytes int64, chunk, minBytes int
 // copyBPE is another tokenizer with t's (immutable) parts and no cache.
 func copyBPE(t *BPE) *BPE {
 	c := &BPE{exact: t.exact, added: t.added, normalize: t.normalize, pre: t.pre, model: t.model, prefix: t.prefix, suffix: t.suffix}
-	c.workspaces.New = func() any { return new(workspace) }
+	c.initPools()
 	return c
 }
 

@@ -42,7 +42,7 @@ func NewTiktoken(encoding string) (*BPE, error) {
 		pre:   &byteLevelPT{re: mustPattern(pat)},
 		model: model,
 	}
-	t.workspaces.New = func() any { return new(workspace) }
+	t.initPools()
 	return t, nil
 }
 
