@@ -200,6 +200,7 @@ func (t *BPE) encodeSegment(ws *workspace, s string, segStart, from, end int, ds
 	for off := 0; off < len(seg) && ws.err == nil; {
 		p := piece{s: seg[off:], first: from == 0 && off == 0}
 		var pieces []piece
+		was := off
 		switch {
 		case windowed:
 			var n int
@@ -214,7 +215,7 @@ func (t *BPE) encodeSegment(ws *workspace, s string, segStart, from, end int, ds
 			// The helper encodes these pieces while the next window is
 			// split.
 			dst, pos = pl.collect(ws, s, segStart, end, pos, dst)
-			pl.send(ws, pieces)
+			pl.send(ws, pieces, off-was)
 			continue
 		}
 		dst, pos = t.encodePieces(ws, pieces, s, segStart, end, pos, dst)
@@ -234,13 +235,13 @@ var segmentWindow = 16 << 10
 
 const pipelineWindows = 4
 
-// splitWindow pre-tokenizes the start of p, window bytes of a long part of a segment, with
-// a local pre-tokenizer (localPre), and returns the pieces of p that no
-// text after the window can change and their length; p whole when it fits
-// the window. As for the prefix cache's resume points (reuse.go), pieces
-// 0..i are decided when piece i+reusePieceLag is not the window's last and
-// ends utf8.UTFMax bytes or more before the window does. A window with no
-// such piece (one long run) is doubled.
+// splitWindow pre-tokenizes the first window bytes of p, a long part of a
+// segment, with a local pre-tokenizer (localPre), and returns the pieces
+// of p that no text after the window can change and their length; p whole
+// when it fits the window. As for the prefix cache's resume points
+// (reuse.go), pieces 0..i are decided when piece i+reusePieceLag is not
+// the window's last and ends utf8.UTFMax bytes or more before the window
+// does. A window with no such piece (one long run) is doubled.
 func (t *BPE) splitWindow(ws *workspace, p piece, window int) ([]piece, int) {
 	for size := window; size < len(p.s); size *= 2 {
 		for size < len(p.s) && !utf8.RuneStart(p.s[size]) {
@@ -394,9 +395,10 @@ func (pl *pipeline) run() {
 }
 
 // send hands pieces, the calling workspace's buffer, to the helper, and
-// gives the workspace the buffer of the batch before.
-func (pl *pipeline) send(ws *workspace, pieces []piece) {
-	ws.cancelled(0)
+// gives the workspace the buffer of the batch before; n is the length of
+// text they cover, the work the caller did to split them.
+func (pl *pipeline) send(ws *workspace, pieces []piece, n int) {
+	ws.cancelled(n)
 	pl.batch, pl.busy = pieces, true
 	ws.pieces = pl.spare
 	pl.in <- pieces
@@ -481,7 +483,7 @@ type wordCache struct {
 }
 
 // initPools readies a new BPE's workspace pool and its word caches' free
-// list, which holds at most GOMAXPROCS of them (up to about 300 KiB each).
+// list, which holds at most GOMAXPROCS of them (a few hundred KiB each).
 func (t *BPE) initPools() {
 	t.workspaces.New = func() any { return new(workspace) }
 	t.wordCaches = make(chan *wordCache, runtime.GOMAXPROCS(0))
