@@ -283,8 +283,6 @@ func hex4(s []byte) (rune, bool) {
 	return r, true
 }
 
-// forFields calls fn with the unquoted key and raw value of each member of
-// the JSON object raw, in order; it stops at the first error fn returns.
 // members reads the named members of the JSON object raw into dst, in the
 // order of names; other members are skipped.
 func members(raw []byte, field string, names []string, dst ...*[]byte) *Error {
@@ -298,6 +296,8 @@ func members(raw []byte, field string, names []string, dst ...*[]byte) *Error {
 	})
 }
 
+// forFields calls fn with the unquoted key and raw value of each member of
+// the JSON object raw, in order; it stops at the first error fn returns.
 // want completes the type error ("'field' must be …").
 func forFields(raw []byte, field, want string, fn func(key, val []byte) *Error) *Error {
 	raw = trimSpace(raw)

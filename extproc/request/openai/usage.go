@@ -1,6 +1,9 @@
 package openai
 
-import "encoding/json"
+import (
+	"bytes"
+	"strconv"
+)
 
 // MaxUsageBytes bounds the usage object a UsageScanner buffers; a larger
 // one is dropped.
@@ -306,48 +309,146 @@ func (s *UsageScanner) wanted() usageKey {
 
 // parseUsage decodes the captured object and records it if it has counts.
 func (s *UsageScanner) parseUsage(kind usageKey) {
-	type details struct {
-		CachedTokens *int `json:"cached_tokens"`
-	}
-	var u struct {
-		PromptTokens        *int     `json:"prompt_tokens"`
-		InputTokens         *int     `json:"input_tokens"`
-		CompletionTokens    *int     `json:"completion_tokens"`
-		OutputTokens        *int     `json:"output_tokens"`
-		CachedTokens        *int     `json:"cached_tokens"` // SGLang meta_info
-		PromptTokensDetails *details `json:"prompt_tokens_details"`
-		InputTokensDetails  *details `json:"input_tokens_details"`
-	}
-	if json.Unmarshal(s.buf, &u) != nil {
+	f, ok := decodeUsageFields(s.buf)
+	if !ok {
 		return
 	}
-	prompt := first(u.PromptTokens, u.InputTokens)
-	completion := first(u.CompletionTokens, u.OutputTokens)
-	if prompt == nil && completion == nil {
+	prompt := f.ints[usagePrompt].or(f.ints[usageInput])
+	completion := f.ints[usageCompletion].or(f.ints[usageOutput])
+	if !prompt.set && !completion.set {
 		return
 	}
-	var cached *int
+	var cached optInt
 	switch {
 	case kind == keyMetaInfo:
-		cached = u.CachedTokens
-	case u.PromptTokensDetails != nil:
-		cached = u.PromptTokensDetails.CachedTokens
-	case u.InputTokensDetails != nil:
-		cached = u.InputTokensDetails.CachedTokens
+		cached = f.ints[usageCached]
+	case f.details[0].set:
+		cached = f.details[0].cached
+	case f.details[1].set:
+		cached = f.details[1].cached
 	}
-	s.usage = Usage{PromptTokens: count(prompt), CompletionTokens: count(completion), CachedTokens: count(cached), Found: true}
+	s.usage = Usage{PromptTokens: prompt.count(), CompletionTokens: completion.count(), CachedTokens: cached.count(), Found: true}
 }
 
-func first(a, b *int) *int {
-	if a != nil {
-		return a
+// The integer members of a usage object, and its two details objects
+// (prompt_tokens_details, input_tokens_details), which hold cached_tokens.
+const (
+	usagePrompt = iota
+	usageInput
+	usageCompletion
+	usageOutput
+	usageCached // SGLang meta_info
+	numUsageInts
+)
+
+var (
+	usageIntNames     = [numUsageInts]string{"prompt_tokens", "input_tokens", "completion_tokens", "output_tokens", "cached_tokens"}
+	usageDetailsNames = [2]string{"prompt_tokens_details", "input_tokens_details"}
+)
+
+// usageFields is what decodeUsageFields reads.
+type usageFields struct {
+	ints    [numUsageInts]optInt
+	details [2]struct {
+		set    bool // an object, not absent or null
+		cached optInt
 	}
-	return b
 }
 
-func count(p *int) int {
-	if p == nil || *p < 0 {
-		return 0
+// optInt is a count that may be absent (or null).
+type optInt struct {
+	v   int
+	set bool
+}
+
+// or is o, or else p.
+func (o optInt) or(p optInt) optInt {
+	if o.set {
+		return o
 	}
-	return *p
+	return p
+}
+
+// count is the count, 0 when absent or negative.
+func (o optInt) count() int { return max(o.v, 0) }
+
+// decodeUsageFields decodes a usage object as encoding/json decodes it
+// into a struct of *int fields and two *struct{CachedTokens *int} fields,
+// without reflection: the whole text must be valid JSON, members match
+// their field exactly or else ignoring case (the last one wins, null
+// clears, a second details object updates the first), and a count must be
+// an integer literal that fits an int; any other value of a known member
+// fails the object, as it fails json.Unmarshal.
+func decodeUsageFields(b []byte) (usageFields, bool) {
+	var f usageFields
+	if end, err := validValue(b, 0); err != nil || skipSpace(b, end) != len(b) || valueKind(b) != kindObject {
+		return f, false
+	}
+	ok := true
+	_ = forFields(b, "", "", func(key, val []byte) *Error {
+		if i := matchField(key, usageIntNames[:]); i >= 0 {
+			ok = decodeCount(val, &f.ints[i])
+		} else if i := matchField(key, usageDetailsNames[:]); i >= 0 {
+			d := &f.details[i]
+			switch valueKind(val) {
+			case kindNull:
+				d.set, d.cached = false, optInt{}
+			case kindObject:
+				d.set = true
+				_ = forFields(val, "", "", func(key, val []byte) *Error {
+					if matchField(key, usageIntNames[usageCached:usageCached+1]) == 0 {
+						ok = decodeCount(val, &d.cached)
+					}
+					return failIf(!ok)
+				})
+			default:
+				ok = false
+			}
+		}
+		return failIf(!ok)
+	})
+	return f, ok
+}
+
+// matchField returns the index of the name key matches as encoding/json
+// matches a struct field (exactly, else bytes.EqualFold), or -1.
+func matchField(key []byte, names []string) int {
+	fold := -1
+	for i, n := range names {
+		if string(key) == n {
+			return i
+		}
+		if fold < 0 && bytes.EqualFold(key, []byte(n)) {
+			fold = i
+		}
+	}
+	return fold
+}
+
+// decodeCount decodes a count into *p: null clears it, an integer literal
+// that fits an int sets it; anything else fails.
+func decodeCount(val []byte, p *optInt) bool {
+	switch valueKind(val) {
+	case kindNull:
+		*p = optInt{}
+		return true
+	case kindNumber:
+		v, err := strconv.ParseInt(string(trimSpace(val)), 10, 0)
+		if err != nil {
+			return false
+		}
+		*p = optInt{int(v), true}
+		return true
+	}
+	return false
+}
+
+// errStop ends a forFields walk early.
+var errStop = &Error{Message: "stop"}
+
+func failIf(fail bool) *Error {
+	if fail {
+		return errStop
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -236,5 +237,98 @@ func BenchmarkUsageScannerStream(b *testing.B) {
 	}
 	if !s.Usage().Found {
 		b.Fatal("no usage")
+	}
+}
+
+// decodeUsageReference is the reflection decoder decodeUsageFields
+// replaced, kept as its oracle.
+func decodeUsageReference(b []byte) (usageFields, bool) {
+	type details struct {
+		CachedTokens *int `json:"cached_tokens"`
+	}
+	var u struct {
+		PromptTokens        *int     `json:"prompt_tokens"`
+		InputTokens         *int     `json:"input_tokens"`
+		CompletionTokens    *int     `json:"completion_tokens"`
+		OutputTokens        *int     `json:"output_tokens"`
+		CachedTokens        *int     `json:"cached_tokens"`
+		PromptTokensDetails *details `json:"prompt_tokens_details"`
+		InputTokensDetails  *details `json:"input_tokens_details"`
+	}
+	var f usageFields
+	if json.Unmarshal(b, &u) != nil || valueKind(b) != kindObject {
+		return f, false
+	}
+	opt := func(p *int) optInt {
+		if p == nil {
+			return optInt{}
+		}
+		return optInt{*p, true}
+	}
+	f.ints = [numUsageInts]optInt{opt(u.PromptTokens), opt(u.InputTokens), opt(u.CompletionTokens), opt(u.OutputTokens), opt(u.CachedTokens)}
+	for i, d := range []*details{u.PromptTokensDetails, u.InputTokensDetails} {
+		if d != nil {
+			f.details[i].set, f.details[i].cached = true, opt(d.CachedTokens)
+		}
+	}
+	return f, true
+}
+
+// TestDecodeUsageFields holds the usage decoder to encoding/json on the
+// cases where they could part: case, duplicates, null, nested details,
+// number forms, wrong types and broken JSON.
+func TestDecodeUsageFields(t *testing.T) {
+	for _, in := range []string{
+		`{"prompt_tokens":12,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":8}}`,
+		`{"input_tokens":5,"output_tokens":2,"input_tokens_details":{"cached_tokens":1,"x":[1,{"y":null}]}}`,
+		`{"PROMPT_TOKENS":4,"Completion_Tokens":1}`,
+		`{"\u0070rompt_tokens":7,"completion_to\u212aens":1}`, "{\"prompt_to\u212aens\":7}",
+		`{"prompt_tokens":1,"prompt_tokens":null,"completion_tokens":2}`,
+		`{"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens_details":{},"prompt_tokens":1}`,
+		`{"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens_details":null,"prompt_tokens":1}`,
+		`{"prompt_tokens":1.0}`, `{"prompt_tokens":1e3}`, `{"prompt_tokens":-4}`, `{"prompt_tokens":"4"}`,
+		`{"prompt_tokens":99999999999999999999}`, `{"prompt_tokens":true}`, `{"prompt_tokens_details":5}`,
+		`{"prompt_tokens_details":{"cached_tokens":"5"}}`, `{"total_tokens":"x","prompt_tokens":2}`,
+		`{"prompt_tokens":2,}`, `{"prompt_tokens":2} x`, ` {"prompt_tokens":2} `, `[1]`, `null`, ``, `{`,
+		`{"prompt_tokens":2,"other":{"a":[tru]}}`,
+	} {
+		got, gotOK := decodeUsageFields([]byte(in))
+		want, wantOK := decodeUsageReference([]byte(in))
+		if gotOK != wantOK || (gotOK && got != want) {
+			t.Errorf("%s: %+v %v, encoding/json %+v %v", in, got, gotOK, want, wantOK)
+		}
+	}
+}
+
+// FuzzDecodeUsageFields holds the usage decoder to encoding/json on any
+// text.
+func FuzzDecodeUsageFields(f *testing.F) {
+	f.Add([]byte(`{"prompt_tokens":12,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":8}}`))
+	f.Add([]byte(`{"Input_Tokens":1,"input_tokens_details":null,"cached_tokens":-2}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, gotOK := decodeUsageFields(b)
+		want, wantOK := decodeUsageReference(b)
+		if gotOK != wantOK || (gotOK && got != want) {
+			t.Fatalf("%q: %+v %v, encoding/json %+v %v", b, got, gotOK, want, wantOK)
+		}
+	})
+}
+
+// BenchmarkDecodeUsage decodes a typical usage object by hand and, for
+// comparison, with encoding/json.
+func BenchmarkDecodeUsage(b *testing.B) {
+	in := []byte(`{"prompt_tokens":1234,"total_tokens":1240,"completion_tokens":6,"prompt_tokens_details":{"cached_tokens":1024}}`)
+	for _, d := range []struct {
+		name   string
+		decode func([]byte) (usageFields, bool)
+	}{{"hand", decodeUsageFields}, {"encoding_json", decodeUsageReference}} {
+		b.Run(d.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := d.decode(in); !ok {
+					b.Fatal("not decoded")
+				}
+			}
+		})
 	}
 }
