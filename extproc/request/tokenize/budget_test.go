@@ -188,6 +188,7 @@ func TestEncodePromptContext_Errors(t *testing.T) {
 // their usual conversations, and floods of tiny turns, within an eighth of
 // the budget.
 func TestRenderBudget_ShippedTemplates(t *testing.T) {
+	t.Parallel() // the long tests run beside the reference test's Node process
 	type msg struct {
 		Role    string `json:"role"`
 		Content string `json:"content"`

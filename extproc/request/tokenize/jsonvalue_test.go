@@ -542,6 +542,7 @@ var adversarialTools = []string{
 }
 
 func TestTemplateInputOracle(t *testing.T) {
+	t.Parallel() // the long tests run beside the reference test's Node process
 	templates := oracleTemplates(t)
 	r := rand.New(rand.NewPCG(7, 0x71))
 	type input struct{ messages, tools []byte }

@@ -97,6 +97,7 @@ func modelDir(t *testing.T, m refModel) string {
 // through the path serve takes: openai.Parse, then EncodePrompt with a
 // per-model mapping of hf: model directories.
 func TestReferenceTokenIDs(t *testing.T) {
+	t.Parallel() // the long tests run beside the reference test's Node process
 	c := loadReference(t)
 	if len(c.Models) < 5 {
 		t.Fatalf("reference corpus has %d models, want at least 5", len(c.Models))

@@ -462,6 +462,7 @@ func chatText(r *rand.Rand, n int, extra []string) string {
 // from texts encoded before, with a cache, and holds the ids to a fresh
 // encode's.
 func TestReuseMatchesFresh(t *testing.T) {
+	t.Parallel() // the long tests run beside the reference test's Node process
 	rounds := 60
 	if testing.Short() || raceEnabled {
 		rounds = 15
@@ -512,6 +513,7 @@ func TestReuseMatchesFresh(t *testing.T) {
 // every byte: the second encode resumes from the checkpoint where the two
 // part, the hardest place.
 func TestReuseEveryCut(t *testing.T) {
+	t.Parallel() // the long tests run beside the reference test's Node process
 	texts := 60
 	if testing.Short() || raceEnabled {
 		texts = 6
@@ -568,6 +570,7 @@ func TestReuseConversation(t *testing.T) {
 // test/tokref installs (skipped without them): NFC (Qwen 3), DeepSeek V3's
 // pre-tokenizer and empty normalizer, Gemma's and Llama 2's.
 func TestReuseRealModels(t *testing.T) {
+	t.Parallel() // the long tests run beside the reference test's Node process
 	if testing.Short() || raceEnabled {
 		t.Skip("slow")
 	}
