@@ -384,10 +384,10 @@ func decodeUsageFields(b []byte) (usageFields, bool) {
 	if end, err := validValue(b, 0); err != nil || skipSpace(b, end) != len(b) || valueKind(b) != kindObject {
 		return f, false
 	}
-	ok := true
+	ok := true // false once a known member has a value json.Unmarshal refuses
 	_ = forFields(b, "", "", func(key, val []byte) *Error {
 		if i := matchField(key, usageIntNames[:]); i >= 0 {
-			ok = decodeCount(val, &f.ints[i])
+			ok = decodeCount(val, &f.ints[i]) && ok
 		} else if i := matchField(key, usageDetailsNames[:]); i >= 0 {
 			d := &f.details[i]
 			switch valueKind(val) {
@@ -397,15 +397,15 @@ func decodeUsageFields(b []byte) (usageFields, bool) {
 				d.set = true
 				_ = forFields(val, "", "", func(key, val []byte) *Error {
 					if matchField(key, usageIntNames[usageCached:usageCached+1]) == 0 {
-						ok = decodeCount(val, &d.cached)
+						ok = decodeCount(val, &d.cached) && ok
 					}
-					return failIf(!ok)
+					return nil
 				})
 			default:
 				ok = false
 			}
 		}
-		return failIf(!ok)
+		return nil
 	})
 	return f, ok
 }
@@ -441,14 +441,4 @@ func decodeCount(val []byte, p *optInt) bool {
 		return true
 	}
 	return false
-}
-
-// errStop ends a forFields walk early.
-var errStop = &Error{Message: "stop"}
-
-func failIf(fail bool) *Error {
-	if fail {
-		return errStop
-	}
-	return nil
 }

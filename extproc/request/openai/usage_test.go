@@ -286,7 +286,7 @@ func TestDecodeUsageFields(t *testing.T) {
 		`{"prompt_tokens":1,"prompt_tokens":null,"completion_tokens":2}`,
 		`{"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens_details":{},"prompt_tokens":1}`,
 		`{"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens_details":null,"prompt_tokens":1}`,
-		`{"prompt_tokens":1.0}`, `{"prompt_tokens":1e3}`, `{"prompt_tokens":-4}`, `{"prompt_tokens":"4"}`,
+		`{"prompt_tokens":1.0}`, `{"prompt_tokens":1e3}`, `{"prompt_tokens":-4}`, `{"prompt_tokens":"4"}`, `{"prompt_tokens":"4","completion_tokens":1}`,
 		`{"prompt_tokens":99999999999999999999}`, `{"prompt_tokens":true}`, `{"prompt_tokens_details":5}`,
 		`{"prompt_tokens_details":{"cached_tokens":"5"}}`, `{"total_tokens":"x","prompt_tokens":2}`,
 		`{"prompt_tokens":2,}`, `{"prompt_tokens":2} x`, ` {"prompt_tokens":2} `, `[1]`, `null`, ``, `{`,
