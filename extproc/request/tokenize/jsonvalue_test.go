@@ -17,6 +17,7 @@ import (
 	"github.com/ardanlabs/jinja"
 
 	"github.com/tollgate/tollgate/extproc/request/openai"
+	"github.com/tollgate/tollgate/test/jsonwords"
 )
 
 // The oracle: template input as the package decoded it before jsonvalue.go,
@@ -609,22 +610,9 @@ func TestPlainRunInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	special := []byte{'"', '\\', 0, 0x1f, 0x20, 0x21, 0x5b, 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff}
-	r := rand.New(rand.NewPCG(5, 5))
-	for n := range 40 {
-		for p := range n {
-			for _, c := range special {
-				for _, fill := range []byte{'a', 0xc3} {
-					b := bytes.Repeat([]byte{fill}, n)
-					b[p] = c
-					if r.IntN(2) == 0 && n > 1 {
-						b[r.IntN(n)] = special[r.IntN(len(special))]
-					}
-					doc := `"` + string(b) + `"`
-					checkSameInput(t, tmpl, []byte(`[{"role":"user","content":`+doc+`,"x":`+doc+`}]`), []byte(`[`+doc+`]`))
-				}
-			}
-		}
+	for b := range jsonwords.All() {
+		doc := `"` + string(b) + `"`
+		checkSameInput(t, tmpl, []byte(`[{"role":"user","content":`+doc+`,"x":`+doc+`}]`), []byte(`[`+doc+`]`))
 	}
 }
 
