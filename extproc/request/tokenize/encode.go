@@ -415,15 +415,13 @@ func (pl *pipeline) collect(ws *workspace, s string, segStart, end, pos int, dst
 	if pl.err != nil && ws.err == nil {
 		ws.err = pl.err
 	}
-	if rec := ws.rec; pl.count && ws.err == nil {
-		at := 0
+	at := len(dst)
+	dst = append(dst, pl.ids...)
+	if pl.count && ws.err == nil {
 		for i, n := range pl.counts {
-			dst = append(dst, pl.ids[at:at+n]...)
-			at += n
-			pos = rec.tile(s, pl.batch[i], segStart, end, pos, len(dst))
+			at += n // the ids in dst once piece i is encoded
+			pos = ws.rec.tile(s, pl.batch[i], segStart, end, pos, at)
 		}
-	} else {
-		dst = append(dst, pl.ids...)
 	}
 	clear(pl.batch) // drop string references held by the buffer
 	pl.spare, pl.batch = pl.batch[:0], nil
