@@ -292,3 +292,18 @@ func appendFalse(h *corev3.HeaderValueOption) bool {
 	a := h.GetAppend() //nolint:staticcheck // SA1019: ext_proc reads only this flag.
 	return a != nil && !a.GetValue()
 }
+
+// runServer runs s until the test ends, so that what goes through its
+// dispatcher, such as a metrics scrape's scheduler snapshot, is answered
+// at once instead of waiting for Run.
+func runServer(t *testing.T, s *Server) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		s.Wait()
+	})
+}

@@ -163,6 +163,7 @@ func TestMetrics_BuildInfo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		runServer(t, s)
 		want := `
 # HELP tollgate_build_info A constant 1 labelled with the version, source revision and Go release tollgate was built from.
 # TYPE tollgate_build_info gauge

@@ -20,6 +20,7 @@ func TestServer_SetModelRewrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runServer(t, srv)
 	first := func(uint64) uint64 { return 0 }
 	rewritten := func(model string) string {
 		body := []byte(`{"model":"` + model + `"}`)

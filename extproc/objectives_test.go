@@ -130,6 +130,7 @@ func TestMetrics_Objectives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runServer(t, srv)
 	if _, err := srv.SetObjectives(policy.Objectives{"assist": sched.PriorityInteractive, "chat": sched.PriorityBulk, "plain": sched.PriorityDefault}); err != nil {
 		t.Fatal(err)
 	}

@@ -39,17 +39,10 @@ func deskServer(t *testing.T) (*Server, string) {
 	}
 	g := grpc.NewServer(peer.ServerOptions(nil)...)
 	peer.Register(g, s.ServePeer)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(done) }()
+	runServer(t, s)
 	go func() { _ = g.Serve(l) }()
-	t.Cleanup(func() {
-		g.Stop()
-		cancel()
-		<-done
-		s.Wait()
-	})
-	if err := s.SetActive(ctx, true); err != nil {
+	t.Cleanup(g.Stop)
+	if err := s.SetActive(t.Context(), true); err != nil {
 		t.Fatal(err)
 	}
 	return s, l.Addr().String()

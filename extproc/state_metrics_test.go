@@ -12,6 +12,7 @@ func TestStateMetrics_WorkersAndLeadership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runServer(t, s)
 	expect := func(workers, leader, acquisitions string) {
 		t.Helper()
 		want := `
