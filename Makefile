@@ -38,7 +38,9 @@ image:
 
 ## test: install test dependencies, module tidiness, vet, lint, the real
 ## kube-apiserver and etcd the Kubernetes tests run, and every test with the
-## race detector (what CI runs).
+## race detector (what CI runs). vet comes first: it compiles the packages
+## lint, the kube-apiserver build and the tests share; kubeapi-check before
+## kubeapi leaves etcd's compiled for the etcd build.
 test: deps tidy vet lint kubeapi-check kubeapi race
 
 ## deps: the Debian and npm packages the tests need (hack/deps.sh).
@@ -77,7 +79,8 @@ race:
 ## module in test/kubeapi into test/kubeapi/bin, and the Prometheus Operator
 ## CRDs generated from its API types into test/kubeapi/crds. Rebuilt only when
 ## that module changes. The build reuses the packages the tests compile too,
-## and its own (1.2 GB) leave the build cache with it (hack/scratch-gocache.sh).
+## and its own (over a gigabyte) leave the build cache with it
+## (hack/scratch-gocache.sh).
 KUBEAPI      := test/kubeapi
 KUBE_VERSION := v1.37.2
 KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
