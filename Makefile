@@ -112,7 +112,7 @@ kubeapi-check:
 ## go commands the tests start (builds of the tollgate binary) do too and
 ## share the compiled packages: nothing in make test reads it (stack traces
 ## and race reports use the symbol table), and it is a fifth of every
-## compiled package in the build cache and of the time to write it.
+## compiled package in the build cache.
 TEST_GOFLAGS := $(strip $(GOFLAGS) -gcflags=all=-dwarf=false)
 tidy vet lint race kubeapi $(KUBEAPI_STAMP) kubeapi-check $(GOLANGCI): export GOFLAGS = $(TEST_GOFLAGS)
 
