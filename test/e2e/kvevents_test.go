@@ -93,6 +93,20 @@ func (s *stack) waitFor(what string, cond func() bool) {
 	}
 }
 
+// waitForMetric polls tollgate's metrics until series is at least atLeast: a
+// counter can move after the index change a test waits for (a replay is
+// counted when its end arrives, after the batches it applied).
+func (s *stack) waitForMetric(series string, atLeast float64) {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.metricValue(series) < atLeast {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("timed out waiting for %s >= %v (it is %v)", series, atLeast, s.metricValue(series))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // awaitSynced makes a publisher send probe(i), i = 0, 1, ..., until
 // tollgate's index is in sync with worker. A ZeroMQ publisher drops what it
 // sends before the subscriber's connection is up, and nothing reports that
@@ -219,9 +233,7 @@ func TestKVEventsPriceAndRoute(t *testing.T) {
 	if w, cached = s.route(cat(q, ids(5, 800))); w != id(1) || cached != 6*bs {
 		t.Fatalf("after the replay: went to %s with %d cached, want %s with %d", w, cached, id(1), 6*bs)
 	}
-	if got := s.metricValue(`tollgate_kv_events_replays_total{result="ok",worker="` + id(1) + `"}`); got < 1 {
-		t.Errorf("no successful replay of w1 counted")
-	}
+	s.waitForMetric(`tollgate_kv_events_replays_total{result="ok",worker="`+id(1)+`"}`, 1)
 	if got := s.metricValue(`tollgate_kv_events_gaps_total{worker="` + id(1) + `"}`); got != 1 {
 		t.Errorf("gaps of w1: %v, want 1", got)
 	}
