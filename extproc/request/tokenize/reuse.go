@@ -493,16 +493,19 @@ func (c *ReuseCache) insert(e *reuseEntry) {
 	}
 	take(c.set(e.whole, reuseRef{e, wholeRef}))
 	e.used = c.lru.PushFront(e)
-	c.bytes.Add(e.size)
-	c.entries.Add(1)
 	for _, d := range displaced {
 		if d.used != nil && d.live == 0 {
 			c.evict(d)
 		}
 	}
-	for c.bytes.Load() > c.maxBytes && c.lru.Len() > 0 {
+	// e is counted once there is room for it, so the size Stats reads
+	// without the lock never passes the bound; e, at the front, is never
+	// the one evicted.
+	for c.bytes.Load()+e.size > c.maxBytes && c.lru.Len() > 1 {
 		c.evict(c.lru.Back().Value.(*reuseEntry))
 	}
+	c.bytes.Add(e.size)
+	c.entries.Add(1)
 }
 
 // evict drops e; c.mu is held.
