@@ -374,18 +374,16 @@ func (o optInt) count() int { return max(o.v, 0) }
 
 // decodeUsageFields decodes a usage object as encoding/json decodes it
 // into a struct of *int fields and two *struct{CachedTokens *int} fields,
-// without reflection: the whole text must be valid JSON, members match
-// their field exactly or else ignoring case (the last one wins, null
+// without reflection: the whole text must be one valid JSON object (the
+// one pass of topFields, which validates request bodies too), members
+// match their field exactly or else ignoring case (the last one wins, null
 // clears, a second details object updates the first), and a count must be
 // an integer literal that fits an int; any other value of a known member
 // fails the object, as it fails json.Unmarshal.
 func decodeUsageFields(b []byte) (usageFields, bool) {
 	var f usageFields
-	if end, err := validValue(b, 0); err != nil || skipSpace(b, end) != len(b) || valueKind(b) != kindObject {
-		return f, false
-	}
 	ok := true // false once a known member has a value json.Unmarshal refuses
-	_ = forFields(b, "", "", func(key, val []byte) *Error {
+	if err := topFields(b, func(key, val []byte, _ int) *Error {
 		if i := matchField(key, usageIntNames[:]); i >= 0 {
 			ok = decodeCount(val, &f.ints[i]) && ok
 		} else if i := matchField(key, usageDetailsNames[:]); i >= 0 {
@@ -406,7 +404,9 @@ func decodeUsageFields(b []byte) (usageFields, bool) {
 			}
 		}
 		return nil
-	})
+	}); err != nil {
+		return usageFields{}, false
+	}
 	return f, ok
 }
 
