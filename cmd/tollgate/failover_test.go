@@ -332,7 +332,10 @@ func TestFailover_Etcd(t *testing.T) {
 	}
 }
 
+// Parallel with TestServe_WrongPeerAddr, which only waits: the API
+// server starts while that test's replica waits out its peer check.
 func TestFailover_Kube(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) { failover(t, kubeElection(t), sig) })
 	}
@@ -353,6 +356,7 @@ func freeAddr(t *testing.T) string {
 // an address of no host) refuses to start: elected, no other replica
 // could reach it.
 func TestServe_WrongPeerAddr(t *testing.T) {
+	t.Parallel() // waits out the replica's 10 s peer check
 	f := newFleetTest(t, etcdElection(t))
 	_, port, _ := net.SplitHostPort(freeAddr(t))
 	p := f.startWith("bad", func(args []string) []string {
