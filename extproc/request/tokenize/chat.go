@@ -151,7 +151,7 @@ func (c *ChatTemplate) conversation(messages []byte) (jinja.Value, error) {
 			if err != nil {
 				return jinja.Undefined(), fmt.Errorf("messages: %w", err)
 			}
-			conv = append(conv, c.message(m))
+			conv = append(conv, c.message(m, decodeValue))
 			if more, err = d.next(']'); err != nil {
 				return jinja.Undefined(), fmt.Errorf("messages: %w", err)
 			}
@@ -223,8 +223,9 @@ func (d *jsonDecoder) message() (wireMessage, error) {
 	return m, nil
 }
 
-// message rebuilds one message as template input.
-func (c *ChatTemplate) message(m wireMessage) jinja.Value {
+// message rebuilds one message as template input; decode reads a tool
+// call's JSON arguments (decodeValue; the tests pass their oracle).
+func (c *ChatTemplate) message(m wireMessage, decode func([]byte) (jinja.Value, error)) jinja.Value {
 	out := jinja.NewDict()
 	d := out.AsDict()
 	role, content := m.role, m.content
@@ -270,7 +271,7 @@ func (c *ChatTemplate) message(m wireMessage) jinja.Value {
 				continue
 			}
 			if args, ok := fn.AsDict().Get("arguments"); ok && args.IsString() {
-				if v, err := decodeValue([]byte(args.AsString())); err == nil && v.IsDict() {
+				if v, err := decode([]byte(args.AsString())); err == nil && v.IsDict() {
 					fn.AsDict().Set("arguments", v)
 				}
 			}

