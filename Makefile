@@ -93,9 +93,9 @@ KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=37
 ## The packages only kube-apiserver builds (over two thirds of its compile)
-## compile without inlining, a quarter less CPU; the API server the tests
-## start does not run measurably slower. On the command line, these patterns
-## win over GOFLAGS' all=, so they repeat -dwarf=false.
+## compile without inlining, a quarter less CPU; the chart tests' CPU
+## against that API server did not change measurably. On the command line,
+## these patterns win over GOFLAGS' all=, so they repeat -dwarf=false.
 KUBE_GCFLAGS := $(foreach m,k8s.io/kubernetes k8s.io/apiserver k8s.io/kube-aggregator,-gcflags='$(m)/...=-dwarf=false -l')
 MONITORING_MOD := github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring
 KUBEAPI_STAMP  := $(KUBEAPI)/bin/.built

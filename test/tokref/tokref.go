@@ -27,7 +27,8 @@ var root = func() string {
 			return dir
 		}
 	}
-	return filepath.Join("test", "tokref")
+	dir, _ := filepath.Abs(filepath.Join("test", "tokref")) // links need an absolute target
+	return dir
 }()
 
 // ModelDir returns the model directory of the npm package pkg (for
