@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/test/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -96,13 +98,7 @@ func startWired(t *testing.T, o *options, clients kubeClients, srv *extproc.Serv
 // awaitDiscovered polls cond until it holds, failing the test after 10 seconds.
 func awaitDiscovered(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, what, cond)
 }
 
 // serverGet returns the body of path on srv's metrics handler.

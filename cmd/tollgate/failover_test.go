@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/test/poll"
+
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 
 	"github.com/tollgate/tollgate/test/apiserver"
@@ -157,14 +159,7 @@ func (p *replicaProc) metric(name, labels string) float64 {
 // await polls cond every 20 ms for up to d and returns how long it took.
 func await(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
+	return poll.Until(t, d, 20*time.Millisecond, what, cond)
 }
 
 // scheduler waits until exactly one live replica schedules and every

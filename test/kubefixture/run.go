@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tollgate/tollgate/test/poll"
 )
 
 // Run runs a source's Run (or anything else that runs until its context
@@ -51,12 +53,5 @@ func Settle() {
 // instants that a test cannot name in advance.
 func Eventually(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
+	return poll.Until(t, d, 5*time.Millisecond, what, cond)
 }

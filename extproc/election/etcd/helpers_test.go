@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/test/poll"
+
 	"go.uber.org/goleak"
 
 	"github.com/tollgate/tollgate/extproc/election"
@@ -138,14 +140,7 @@ func leaderAndStandby(t *testing.T, s *etcdserver.Server) (a, b *run) {
 // eventually polls cond every 10ms until it holds or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
+	return poll.Until(t, timeout, 10*time.Millisecond, what, cond)
 }
 
 // logLines is a test log: each line goes to t.Log and is kept.
