@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/test/poll"
-
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/tollgate/tollgate/extproc"
 	"github.com/tollgate/tollgate/extproc/discovery/kube"
+	"github.com/tollgate/tollgate/test/poll"
 )
 
 // discoveryNS is the namespace of the fake clusters below.

@@ -15,14 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/test/poll"
-
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 
 	"github.com/tollgate/tollgate/test/apiserver"
 	"github.com/tollgate/tollgate/test/envoysim"
 	"github.com/tollgate/tollgate/test/etcdserver"
 	"github.com/tollgate/tollgate/test/mockworker"
+	"github.com/tollgate/tollgate/test/poll"
 	"github.com/tollgate/tollgate/test/testbin"
 )
 

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/tollgate/tollgate/test/tokref"
-
 	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/extproc/request/tokenize"
 	"github.com/tollgate/tollgate/test/bench"
+	"github.com/tollgate/tollgate/test/tokref"
 )
 
 // BenchmarkPlan_LongChat measures planning and recording the route of a

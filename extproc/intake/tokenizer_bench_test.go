@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/test/tokref"
-
 	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/extproc/request/tokenize"
+	"github.com/tollgate/tollgate/test/tokref"
 )
 
 // BenchmarkPlan_SmallUnderHeavy measures small chat requests' planning

@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate/tollgate/test/poll"
-
 	"go.uber.org/goleak"
 
 	"github.com/tollgate/tollgate/extproc/election"
 	"github.com/tollgate/tollgate/test/etcdserver"
+	"github.com/tollgate/tollgate/test/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -13,12 +13,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate/tollgate/test/tokref"
-
 	"github.com/ardanlabs/jinja"
 
 	"github.com/tollgate/tollgate/extproc/request/openai"
 	"github.com/tollgate/tollgate/test/jsonwords"
+	"github.com/tollgate/tollgate/test/tokref"
 )
 
 // The oracle: template input as the package decoded it before jsonvalue.go,

@@ -19,9 +19,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tollgate/tollgate/test/tokref"
-
 	"github.com/tollgate/tollgate/test/bench"
+	"github.com/tollgate/tollgate/test/tokref"
 )
 
 const longSection = "Long context (chat, decision latency against the null server)"
