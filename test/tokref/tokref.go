@@ -6,6 +6,7 @@ package tokref
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -44,7 +45,10 @@ func ModelDir(pkg string) (string, bool) {
 // tokenizer files, and the template as chat_template.jinja. It may be
 // called again on the same dir.
 func LayOut(dir, pkg, template string) error {
-	src, _ := ModelDir(pkg)
+	src, ok := ModelDir(pkg)
+	if !ok {
+		return fmt.Errorf("test/tokref's %s is not installed (%s)", pkg, Install)
+	}
 	tmpl, err := os.ReadFile(filepath.Join(root, "templates", template))
 	if err != nil {
 		return err
