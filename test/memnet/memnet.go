@@ -7,10 +7,12 @@ package memnet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc/test/bufconn"
 )
@@ -43,7 +45,7 @@ func (n *Network) Listen() (net.Listener, string) {
 		n.listeners = map[string]*bufconn.Listener{}
 	}
 	n.listeners[addr] = l
-	return l, addr
+	return listener{l}, addr
 }
 
 // Reserve returns a fresh address that nothing listens on. A Network has
@@ -68,11 +70,73 @@ func (n *Network) Dial(ctx context.Context, network, addr string) (net.Conn, err
 	if l != nil {
 		c, err := l.DialContext(ctx)
 		if err == nil {
-			return c, nil
+			return &conn{Conn: c}, nil
 		}
 		if ctx.Err() != nil {
 			return nil, &net.OpError{Op: "dial", Net: network, Err: ctx.Err()}
 		}
 	}
 	return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("connect to %s: %w", addr, syscall.ECONNREFUSED)}
+}
+
+// listener hands out conns.
+type listener struct{ *bufconn.Listener }
+
+func (l listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &conn{Conn: c}, nil
+}
+
+// conn is a bufconn connection whose read deadline behaves. bufconn arms
+// a timer per deadline and cannot take back one that has already fired,
+// so a deadline that passed and was then cleared can still time out a
+// later Read. net/http's server does exactly that when a keep-alive
+// connection's next request arrives during its background read, and the
+// handler's request context would be cancelled. A read timeout the current
+// deadline does not explain is cleared and the Read goes on. (Write
+// deadlines pass through: bufconn's Write does not say how much it wrote
+// before a timeout, and nothing here clears a passed write deadline.)
+type conn struct {
+	net.Conn
+	mu   sync.Mutex
+	read time.Time // the read deadline in force
+}
+
+func (c *conn) Read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		var ne net.Error
+		if n > 0 || !errors.As(err, &ne) || !ne.Timeout() || !c.clearedLate() {
+			return n, err
+		}
+	}
+}
+
+// clearedLate reports whether a read timeout came from a deadline no
+// longer in force, and re-arms the current one, which clears it.
+func (c *conn) clearedLate() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.read.IsZero() && !time.Now().Before(c.read) {
+		return false
+	}
+	_ = c.Conn.SetReadDeadline(c.read)
+	return true
+}
+
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.read = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *conn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
 }
