@@ -92,7 +92,7 @@ func decodeBody[T any](t *testing.T, resp *http.Response) T {
 	t.Helper()
 	var v T
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatalf("decoding response: %v", err)
+		t.Fatalf("decoding response: %v (status %d, header %v)", err, resp.StatusCode, resp.Header)
 	}
 	return v
 }
