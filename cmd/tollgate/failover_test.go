@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/test/apiserver"
 	"github.com/tollgate/tollgate/test/envoysim"
 	"github.com/tollgate/tollgate/test/etcdserver"
+	"github.com/tollgate/tollgate/test/loopback"
 	"github.com/tollgate/tollgate/test/mockworker"
 	"github.com/tollgate/tollgate/test/poll"
 	"github.com/tollgate/tollgate/test/testbin"
@@ -335,15 +336,15 @@ func TestFailover_Kube(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback HOST:PORT nothing listens on.
+// freeAddr returns a loopback HOST:PORT nothing listens on
+// (loopback.FreeAddr).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // A replica whose --peer-addr does not reach its own peer listener (here

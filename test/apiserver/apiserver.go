@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/tollgate/tollgate/test/loopback"
 )
 
 // Install says how to get the binaries.
@@ -92,7 +94,13 @@ func Start(log *os.File, ready time.Duration) (_ *Cluster, err error) {
 		}
 	}()
 
-	etcdClient, etcdPeer, port := freeAddr(), freeAddr(), freeAddr()
+	var addrs [3]string
+	for i := range addrs {
+		if addrs[i], err = loopback.FreeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	etcdClient, etcdPeer, port := addrs[0], addrs[1], addrs[2]
 	if err := c.spawn(ctx, log, "etcd", etcdBin, "-data-dir", filepath.Join(dir, "etcd"),
 		"-listen-client-url", "http://"+etcdClient, "-listen-peer-url", "http://"+etcdPeer); err != nil {
 		return nil, err
@@ -205,15 +213,6 @@ func (c *Cluster) Kubeconfig(dir, name, token string) (string, error) {
 // path.
 func (c *Cluster) AdminKubeconfig(dir string) (string, error) {
 	return c.Kubeconfig(dir, "admin", c.Admin.BearerToken)
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func randomHex() (string, error) {

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/test/loopback"
 	"github.com/tollgate/tollgate/test/testbin"
 )
 
@@ -42,11 +42,11 @@ type Server struct {
 // New prepares a member of bin with its data in dataDir and its output in
 // logPath, on free loopback ports; Run starts it.
 func New(bin, dataDir, logPath string) (*Server, error) {
-	client, err := freeAddr()
+	client, err := loopback.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	peer, err := freeAddr()
+	peer, err := loopback.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -75,16 +75,6 @@ func (s *Server) Restart() {
 	if err := s.Run(context.Background()); err != nil {
 		s.t.Fatal(err)
 	}
-}
-
-// freeAddr returns a loopback HOST:PORT nothing listens on.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // Run starts etcd and waits, at most 15 s or until ctx ends, until its

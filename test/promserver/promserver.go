@@ -6,7 +6,6 @@ package promserver
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tollgate/tollgate/test/loopback"
 	"github.com/tollgate/tollgate/test/testbin"
 )
 
@@ -142,15 +142,15 @@ func Start(t testing.TB, cfg Config) *Server {
 	return &Server{URL: url, API: promv1.NewAPI(c)}
 }
 
-// freeAddr returns a loopback address with a port free a moment ago.
+// freeAddr returns a loopback address with a port free a moment ago
+// (loopback.FreeAddr).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // CheckMetrics runs promtool check metrics on an exposition in the text

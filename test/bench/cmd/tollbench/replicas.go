@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/tollgate/tollgate/test/bench"
 	"github.com/tollgate/tollgate/test/etcdserver"
+	"github.com/tollgate/tollgate/test/loopback"
 )
 
 const replicaSection = "Replica mode (etcd election, loopback)"
@@ -182,7 +182,7 @@ func (r *runner) replicasPhase(ctx context.Context) (err error) {
 		return errors.Join(errs...)
 	})
 	startReplica := func(id string) error {
-		peerAddr, err := freeAddr()
+		peerAddr, err := loopback.FreeAddr()
 		if err != nil {
 			return err
 		}
@@ -535,16 +535,6 @@ func etcdVersion(ctx context.Context, bin string) string {
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return strings.TrimSpace(line)
-}
-
-// freeAddr returns a loopback HOST:PORT nothing listens on.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // replicaRows adds the phase's rows and reads the hop target.
