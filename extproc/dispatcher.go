@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -78,12 +79,6 @@ type noticeBox interface {
 	put(n notice) bool
 }
 
-// eventBuffer is the capacity of the dispatcher's event channel. A stream
-// hands over its submit, first token and release without waiting for the
-// dispatcher to take them, so 64 streams do not queue up on one
-// rendezvous; past the buffer, senders wait.
-const eventBuffer = 256
-
 // serving is the replica's serving state: its leadership, its shutdown
 // and its worker set. The dispatcher owns it and publishes it as one
 // snapshot for gRPC health, /readyz and the state metrics.
@@ -154,22 +149,24 @@ type event struct {
 	loads []sched.EngineLoad
 	// evActive.
 	active bool
-	// reply, for the events that answer, has capacity 1.
-	reply chan reply
 }
 
+// reply is what an event answers: ok for a control event, the snapshot
+// for evStats (behind a pointer, so that every other reply stays small),
+// the route for evRoute.
 type reply struct {
-	stats  sched.Stats
+	stats  *sched.Stats
 	target fleet.Target
 	ok     bool
 }
 
-// dispatcher is the one goroutine that owns the scheduler and the serving
-// state. Streams reach it only through events; it answers through notice
-// boxes and reply channels and never blocks on a stream. It does no
-// per-request CPU work beyond the scheduler's own bookkeeping.
+// dispatcher owns the scheduler and the serving state behind one lock.
+// Whoever has an event applies it under mu, on its own goroutine, with no
+// hand-off: streams, the peer desk and the control calls alike. It answers
+// through notice boxes, which never block, and return values. It does no
+// per-request CPU work beyond the scheduler's own bookkeeping; the
+// scheduler's deadlines fire on a timer that takes the same lock.
 type dispatcher struct {
-	events  chan event
 	stopped chan struct{}
 	// halted ends when run returns, as stopped is closed.
 	halted context.Context
@@ -179,7 +176,14 @@ type dispatcher struct {
 	// published is the last serving snapshot.
 	published atomic.Pointer[serving]
 
-	// Owned by run (or, before run, by its caller under Server.runMu).
+	// mu guards the rest.
+	mu sync.Mutex
+	// over: run returned; events are refused with errStopped.
+	over bool
+	// timer calls tick at armed, the next deadline (zero: stopped); run
+	// makes it, so nothing times out before run.
+	timer   *time.Timer
+	armed   time.Time
 	sch     scheduler
 	boxes   map[uint64]noticeBox
 	workers *fleet.Set
@@ -222,7 +226,6 @@ type dispatcherHooks struct {
 
 func newDispatcher(sch scheduler, ws *fleet.Set, log *slog.Logger, hooks dispatcherHooks) *dispatcher {
 	d := &dispatcher{
-		events:  make(chan event, eventBuffer),
 		stopped: make(chan struct{}),
 		log:     log,
 		hooks:   hooks,
@@ -248,51 +251,69 @@ func (d *dispatcher) publish() {
 	}
 }
 
-// run serves events until ctx ends. Streams still waiting then see
-// stopped closed and answer for themselves.
+// run keeps the scheduler's deadlines until ctx ends, then refuses every
+// later event. Streams still waiting then see stopped closed and answer
+// for themselves.
 func (d *dispatcher) run(ctx context.Context) {
-	defer d.halt()
-	defer close(d.stopped)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev := <-d.events:
-			d.handle(ev)
-		case <-timer.C:
-			now := time.Now()
-			d.release(now)
-			d.deliver(d.sch.Tick(now))
-		}
-		at, ok := d.sch.NextDeadline()
-		if len(d.held) > 0 && (!ok || d.settleUntil.Before(at)) {
-			at, ok = d.settleUntil, true
-		}
-		if ok {
-			timer.Reset(max(0, time.Until(at)))
-		} else {
-			timer.Stop()
-		}
+	d.mu.Lock()
+	d.timer = time.AfterFunc(time.Hour, d.tick)
+	d.timer.Stop()
+	d.arm()
+	d.mu.Unlock()
+	<-ctx.Done()
+	d.mu.Lock()
+	d.over = true
+	d.timer.Stop()
+	d.mu.Unlock()
+	close(d.stopped)
+	d.halt()
+}
+
+// tick acts at the scheduler's next deadline or the end of a settle
+// window, on the timer's goroutine.
+func (d *dispatcher) tick() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.over {
+		return
+	}
+	d.armed = time.Time{}
+	now := time.Now()
+	d.release(now)
+	d.deliver(d.sch.Tick(now))
+	d.arm()
+}
+
+// arm sets the timer to the next deadline, unless it is set for it
+// already. d.mu is held.
+func (d *dispatcher) arm() {
+	if d.timer == nil {
+		return
+	}
+	at, ok := d.sch.NextDeadline()
+	if len(d.held) > 0 && (!ok || d.settleUntil.Before(at)) {
+		at, ok = d.settleUntil, true
+	}
+	switch {
+	case !ok && !d.armed.IsZero():
+		d.timer.Stop()
+		d.armed = time.Time{}
+	case ok && !at.Equal(d.armed):
+		d.timer.Reset(max(0, time.Until(at)))
+		d.armed = at
 	}
 }
 
-func (d *dispatcher) handle(ev event) {
+// handle applies ev and returns its answer, for the events that answer.
+// A request's own events are handled here, the rest in control, which
+// keeps this frame small: it is on the stack of every stream that submits.
+// d.mu is held.
+func (d *dispatcher) handle(ev *event) reply {
 	now := time.Now()
 	d.release(now)
 	switch ev.kind {
 	case evSubmit:
-		if now.Before(d.settleUntil) {
-			// Queued, in effect: the stream keeps Envoy's timer from
-			// firing meanwhile (a second "queued" is not passed on).
-			d.boxes[ev.id] = ev.box
-			d.held = append(d.held, ev)
-			d.tell(ev.id, notice{kind: noticeQueued})
-			break
-		}
-		d.submit(now, ev)
+		d.accept(now, &ev.req, ev.subset, ev.box, ev.at)
 	case evAdopt:
 		d.boxes[ev.id] = ev.box
 		d.deliver(d.sch.Adopt(now, ev.req, ev.booking))
@@ -300,21 +321,39 @@ func (d *dispatcher) handle(ev event) {
 			delete(d.boxes, ev.id) // past its first token it cannot be preempted
 		}
 	case evRelease:
-		if i := slices.IndexFunc(d.held, func(h event) bool { return h.id == ev.id }); i >= 0 {
-			d.held = slices.Delete(d.held, i, i+1)
+		for i := range d.held {
+			if d.held[i].id == ev.id {
+				d.held = slices.Delete(d.held, i, i+1)
+				break
+			}
 		}
 		delete(d.boxes, ev.id)
 		d.deliver(d.sch.Release(now, ev.id))
 	case evFirstToken:
 		delete(d.boxes, ev.id) // past its first token it cannot be preempted
 		d.deliver(d.sch.FirstToken(now, ev.id))
+	case evServed:
+		d.deliver(d.sch.Served(now, ev.id, ev.worker, ev.rank))
+	case evUsage:
+		d.deliver(d.sch.Usage(now, ev.id, ev.prompt, ev.completion))
+	case evWorkers, evActive, evDrain, evShed, evEngine, evSynced, evStats, evRoute:
+		return d.control(now, ev)
+	}
+	return reply{}
+}
+
+// control applies the events that are not a request's own: worker sets,
+// leadership, draining, engine reports and the answering ones. d.mu is
+// held.
+func (d *dispatcher) control(now time.Time, ev *event) reply {
+	switch ev.kind {
 	case evWorkers:
 		d.workers = ev.workers
 		d.models.Note(ev.workers)
 		d.deliver(d.sch.SetWorkers(now, ev.workers.Sched))
 		d.state.workers = len(ev.workers.Sched)
 		d.publish()
-		ev.reply <- reply{ok: true}
+		return reply{ok: true}
 	case evSynced:
 		delete(d.expect, ev.front)
 		if len(d.expect) == 0 && now.Before(d.settleUntil) {
@@ -327,42 +366,81 @@ func (d *dispatcher) handle(ev event) {
 		} else {
 			d.setActive(now, ev.active)
 		}
-		ev.reply <- reply{ok: true}
+		return reply{ok: true}
 	case evDrain:
 		d.state.draining = true
 		d.publish()
-		ev.reply <- reply{ok: true}
+		return reply{ok: true}
 	case evShed:
 		d.shed = true
 		d.deliver(d.sch.Drain(now))
-		ev.reply <- reply{ok: true}
+		return reply{ok: true}
 	case evEngine:
 		d.loads = ev.loads
 		d.deliver(d.sch.ReportLoad(now, ev.loads))
-	case evServed:
-		d.deliver(d.sch.Served(now, ev.id, ev.worker, ev.rank))
-	case evUsage:
-		d.deliver(d.sch.Usage(now, ev.id, ev.prompt, ev.completion))
 	case evStats:
-		ev.reply <- reply{stats: d.sch.Stats(), ok: true}
+		st := d.sch.Stats()
+		return reply{stats: &st, ok: true}
 	case evRoute:
-		ev.reply <- d.route(ev)
+		return d.route(ev)
+	case evSubmit, evAdopt, evRelease, evFirstToken, evServed, evUsage: // handle's
 	}
+	return reply{}
 }
 
-// submit hands a request to the scheduler. A request whose endpoint
-// subset names no known worker is answered without it.
-func (d *dispatcher) submit(now time.Time, ev event) {
-	if ev.subset != nil {
-		if ev.req.AllowedWorkers = d.workers.Allowed(ev.subset.admits); ev.req.AllowedWorkers == nil {
-			ev.box.put(subsetRejection(&ev.req))
+// submit hands a stream's request to the scheduler: evSubmit without an
+// event, whose copies would deepen the stack of every submitting stream
+// past its first size. It fails when the dispatcher stopped or ctx ended
+// first.
+func (d *dispatcher) submit(ctx context.Context, r *sched.Request, sub *subset, box noticeBox) error {
+	at := time.Now()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.over {
+		return errStopped
+	}
+	now := time.Now()
+	d.release(now)
+	d.accept(now, r, sub, box, at)
+	d.arm()
+	return nil
+}
+
+// accept hands a request to the scheduler, or holds it while a new term
+// settles (replica mode). d.mu is held.
+func (d *dispatcher) accept(now time.Time, r *sched.Request, sub *subset, box noticeBox, at time.Time) {
+	if now.Before(d.settleUntil) {
+		d.hold(r, sub, box, at)
+		return
+	}
+	d.schedule(now, r, sub, box, at)
+}
+
+// hold keeps a request until the settle window ends: queued, in effect,
+// so the stream keeps Envoy's timer from firing meanwhile (a second
+// "queued" is not passed on). d.mu is held.
+func (d *dispatcher) hold(r *sched.Request, sub *subset, box noticeBox, at time.Time) {
+	d.boxes[r.ID] = box
+	d.held = append(d.held, event{kind: evSubmit, id: r.ID, req: *r, subset: sub, box: box, at: at})
+	d.tell(r.ID, notice{kind: noticeQueued})
+}
+
+// schedule hands a request to the scheduler. A request whose endpoint
+// subset names no known worker is answered without it. d.mu is held.
+func (d *dispatcher) schedule(now time.Time, r *sched.Request, sub *subset, box noticeBox, at time.Time) {
+	if sub != nil {
+		if r.AllowedWorkers = d.workers.Allowed(sub.admits); r.AllowedWorkers == nil {
+			box.put(subsetRejection(r))
 			return
 		}
 	}
-	d.boxes[ev.id] = ev.box
-	acts := d.sch.Submit(now, ev.req)
+	d.boxes[r.ID] = box
+	acts := d.sch.Submit(now, *r)
 	if d.hooks.submitted != nil {
-		d.hooks.submitted(time.Since(ev.at))
+		d.hooks.submitted(time.Since(at))
 	}
 	d.deliver(acts)
 }
@@ -435,13 +513,14 @@ func (d *dispatcher) release(now time.Time) {
 	held := d.held
 	d.held = nil
 	slices.SortStableFunc(held, func(a, b event) int { return a.req.Arrival.Compare(b.req.Arrival) })
-	for _, ev := range held {
-		delete(d.boxes, ev.id) // submit files it again
-		d.submit(now, ev)
+	for i := range held {
+		ev := &held[i]
+		delete(d.boxes, ev.id) // schedule files it again
+		d.schedule(now, &ev.req, ev.subset, ev.box, ev.at)
 	}
 }
 
-func (d *dispatcher) route(ev event) reply {
+func (d *dispatcher) route(ev *event) reply {
 	var allowed []string
 	if ev.subset != nil {
 		if allowed = d.workers.Allowed(ev.subset.admits); allowed == nil {
@@ -525,45 +604,27 @@ func (d *dispatcher) deliver(acts []sched.Action) {
 	}
 }
 
-// send hands ev to the dispatcher. It fails when the dispatcher stopped or
-// ctx ended first.
-func (d *dispatcher) send(ctx context.Context, ev event) error {
-	select {
-	case <-d.stopped:
-		return errStopped
-	default:
-	}
-	select {
-	case d.events <- ev:
-		return nil
-	case <-d.stopped:
-		return errStopped
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+// send applies ev. It fails when the dispatcher stopped or ctx ended
+// first.
+func (d *dispatcher) send(ctx context.Context, ev *event) error {
+	_, err := d.call(ctx, ev)
+	return err
 }
 
-// call sends an event that answers and waits for the answer, at most until
-// ctx ends. Once the dispatcher has taken the event it always answers; an
-// event still in the buffer when it stopped gets errStopped.
-func (d *dispatcher) call(ctx context.Context, ev event) (reply, error) {
-	ev.reply = make(chan reply, 1)
-	if err := d.send(ctx, ev); err != nil {
+// call applies ev and returns its answer. It fails when the dispatcher
+// stopped or ctx ended first.
+func (d *dispatcher) call(ctx context.Context, ev *event) (reply, error) {
+	if err := ctx.Err(); err != nil {
 		return reply{}, err
 	}
-	select {
-	case r := <-ev.reply:
-		return r, nil
-	case <-ctx.Done():
-		return reply{}, ctx.Err()
-	case <-d.stopped:
-		select {
-		case r := <-ev.reply:
-			return r, nil
-		default:
-			return reply{}, errStopped
-		}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.over {
+		return reply{}, errStopped
 	}
+	r := d.handle(ev)
+	d.arm()
+	return r, nil
 }
 
 // subsetRejection answers a request whose endpoint subset names no known

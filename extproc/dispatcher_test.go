@@ -151,7 +151,7 @@ func (b chanBox) put(n notice) bool {
 func submit(t *testing.T, d *dispatcher, id uint64) chanBox {
 	t.Helper()
 	box := make(chanBox, noticeCap)
-	if err := d.send(context.Background(), event{kind: evSubmit, id: id, req: sched.Request{ID: id}, box: box, at: time.Now()}); err != nil {
+	if err := d.send(context.Background(), &event{kind: evSubmit, id: id, req: sched.Request{ID: id}, box: box, at: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	return box
@@ -205,11 +205,11 @@ func TestDispatcher_DeliversNoticesWithoutBlocking(t *testing.T) {
 			t.Fatalf("request 1 after 3 (-want +got):\n%s", diff)
 		}
 		for _, ev := range []event{{kind: evRelease, id: 1}, {kind: evFirstToken, id: 2}, {kind: evRelease, id: 2}} {
-			if err := d.send(context.Background(), ev); err != nil {
+			if err := d.send(context.Background(), &ev); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if r, err := d.call(context.Background(), event{kind: evStats}); err != nil || r.stats.Capacity != 7 {
+		if r, err := d.call(context.Background(), &event{kind: evStats}); err != nil || r.stats.Capacity != 7 {
 			t.Fatalf("stats %+v %v", r, err)
 		}
 		want := []string{"submit 1", "submit 2", "submit 3", "release 1", "first 2", "release 2"}
@@ -331,7 +331,7 @@ func TestDispatcher_ServingState(t *testing.T) {
 		go func() { defer close(done); d.run(ctx) }()
 		defer func() { cancel(); <-done }()
 		for _, ev := range []event{{kind: evActive}, {kind: evActive}, {kind: evActive, active: true}, {kind: evDrain}, {kind: evActive}, {kind: evShed}, {kind: evActive, active: true}} {
-			if _, err := d.call(context.Background(), ev); err != nil {
+			if _, err := d.call(context.Background(), &ev); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -361,35 +361,38 @@ func TestDispatcher_SendAfterStopFails(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	d.run(ctx)
-	if err := d.send(context.Background(), event{kind: evRelease}); !errors.Is(err, errStopped) {
+	if err := d.send(context.Background(), &event{kind: evRelease}); !errors.Is(err, errStopped) {
 		t.Fatalf("send after stop: %v", err)
 	}
-	if _, err := d.call(context.Background(), event{kind: evStats}); !errors.Is(err, errStopped) {
+	if _, err := d.call(context.Background(), &event{kind: evStats}); !errors.Is(err, errStopped) {
 		t.Fatalf("call after stop: %v", err)
 	}
 }
 
-// TestDispatcher_CallWaitsAtMostItsContext: with the event buffered, a
-// call to a dispatcher that is not running (yet) still ends with its
-// context, and one made after the dispatcher stopped gets errStopped.
-func TestDispatcher_CallWaitsAtMostItsContext(t *testing.T) {
+// TestDispatcher_CallBeforeRunAndAfterStop: a call is applied at once,
+// before run too, unless its context ended; once run has returned, it
+// gets errStopped.
+func TestDispatcher_CallBeforeRunAndAfterStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ws, _ := fleet.NewSet(nil)
 		d := newDispatcher(&fakeScheduler{}, ws, slog.New(slog.DiscardHandler), dispatcherHooks{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if _, err := d.call(ctx, event{kind: evStats}); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("call before run: %v", err)
+		if r, err := d.call(context.Background(), &event{kind: evStats}); err != nil || r.stats.Capacity != 7 {
+			t.Fatalf("call before run: %+v %v", r, err)
+		}
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := d.call(ended, &event{kind: evStats}); !errors.Is(err, context.Canceled) {
+			t.Fatalf("call with an ended context: %v", err)
 		}
 		runCtx, stop := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); d.run(runCtx) }()
-		if r, err := d.call(context.Background(), event{kind: evStats}); err != nil || r.stats.Capacity != 7 {
+		if r, err := d.call(context.Background(), &event{kind: evStats}); err != nil || r.stats.Capacity != 7 {
 			t.Fatalf("call while running: %+v %v", r, err)
 		}
 		stop()
 		<-done
-		if _, err := d.call(context.Background(), event{kind: evStats}); !errors.Is(err, errStopped) {
+		if _, err := d.call(context.Background(), &event{kind: evStats}); !errors.Is(err, errStopped) {
 			t.Fatalf("call after stop: %v", err)
 		}
 	})

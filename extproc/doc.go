@@ -1,8 +1,8 @@
 // Package extproc is tollgate's imperative shell: the Envoy ext_proc gRPC
 // service (envoy.service.ext_proc.v3.ExternalProcessor), the per-stream
-// phase state machine, the one dispatcher goroutine that owns the
-// scheduling core (package sched), header and subset handling, receive
-// limits, gRPC options, health and the shell's metrics.
+// phase state machine, the dispatcher that alone owns the scheduling core
+// (package sched), header and subset handling, receive limits, gRPC
+// options, health and the shell's metrics.
 //
 // The shell uses the sides, each a package under extproc/ that never
 // imports it (docs/architecture.md): intake turns headers and bodies into
@@ -33,16 +33,20 @@
 // the stream's own context (ServerOptions installs it), not by a
 // goroutine.
 //
-// One dispatcher goroutine (Server.Run) owns the *sched.Scheduler, the
-// current worker set and the serving state (standby, draining, workers),
-// which it publishes as one snapshot for gRPC health, /readyz and the
-// state metrics. It takes events (submit, release, first token, worker
-// change, leadership, drain, stats, route) over one channel and keeps one
-// timer reset to the scheduler's NextDeadline. It tells a stream what
-// became of its request with one-shot notices (queued, decided, preempted)
-// in a box that holds one of each, so it never waits on a stream; it does
-// no JSON, hashing or other per-request work. Time is read only in the
-// shell and handed to the scheduler as an argument.
+// The dispatcher owns the *sched.Scheduler, the current worker set and
+// the serving state (standby, draining, workers), which it publishes as
+// one snapshot for gRPC health, /readyz and the state metrics, all behind
+// one lock. An event (submit, release, first token, worker change,
+// leadership, drain, stats, route) is applied by the goroutine that has
+// it, under that lock, with no hand-off: a stream's submit is decided on
+// the stream goroutine, which then sends the route itself. The lock is
+// never held across I/O or while waiting on a stream: the dispatcher tells
+// a stream what became of its request with one-shot notices (queued,
+// decided, preempted) in a box that holds one of each; it does no JSON,
+// hashing or other per-request work. One timer, set to the scheduler's
+// NextDeadline while Server.Run runs, ticks the scheduler under the same
+// lock. Time is read only in the shell and handed to the scheduler as an
+// argument.
 //
 // With Config.EngineMetrics set, Server.Run also runs an
 // enginemetrics.Scraper (its goroutines end before Run returns): it reads

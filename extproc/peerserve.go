@@ -334,7 +334,7 @@ func (p *peerDesk) take(ctx context.Context, f *frontConn, u *peer.Up) error {
 		return status.Error(codes.InvalidArgument, "tollgate: a second hello")
 	}
 	if u.Kind == peer.UpSynced {
-		return p.s.disp.send(ctx, event{kind: evSynced, front: f.name})
+		return p.s.disp.send(ctx, &event{kind: evSynced, front: f.name})
 	}
 	gid, known := f.ids[u.ID]
 	switch u.Kind {
@@ -352,7 +352,8 @@ func (p *peerDesk) take(ctx context.Context, f *frontConn, u *peer.Up) error {
 	if gid == 0 {
 		return nil // a request the scheduler does not have (any more)
 	}
-	if err := p.s.disp.send(ctx, eventOf(u, gid, frontBox{f, u.ID})); err != nil {
+	ev := eventOf(u, gid, frontBox{f, u.ID})
+	if err := p.s.disp.send(ctx, &ev); err != nil {
 		return err // the stream ended: releaseAll releases what is left
 	}
 	if u.Kind == peer.UpRelease {
@@ -390,7 +391,7 @@ func eventOf(u *peer.Up, id uint64, box noticeBox) event {
 // own end stops them.
 func (p *peerDesk) releaseAll(f *frontConn) {
 	for _, gid := range f.ids {
-		_ = p.s.disp.send(context.Background(), event{kind: evRelease, id: gid})
+		_ = p.s.disp.send(context.Background(), &event{kind: evRelease, id: gid})
 	}
 	if n := len(f.ids); n > 0 {
 		p.s.log.Info("front unlinked; its requests released", "front", f.name, "requests", n)
@@ -407,9 +408,10 @@ func (s *Server) localLink(gen uint64) *link {
 			return nil
 		}
 		if u.Kind == peer.UpSynced {
-			return s.disp.send(context.Background(), event{kind: evSynced, front: r.cfg.Identity})
+			return s.disp.send(context.Background(), &event{kind: evSynced, front: r.cfg.Identity})
 		}
-		return s.disp.send(context.Background(), eventOf(u, u.ID, relayBox{r, gen, u.ID}))
+		ev := eventOf(u, u.ID, relayBox{r, gen, u.ID})
+		return s.disp.send(context.Background(), &ev)
 	}, nil)
 }
 

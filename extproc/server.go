@@ -45,8 +45,8 @@ const (
 )
 
 // Server is tollgate's ext_proc server: one Process stream per HTTP
-// request, one dispatcher goroutine (Run) owning the scheduler, metrics and
-// health. Its methods are safe for concurrent use.
+// request, one dispatcher owning the scheduler, metrics and health. Its
+// methods are safe for concurrent use.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
@@ -75,7 +75,7 @@ type Server struct {
 	// streams; one may outlive its stream's handler by a moment.
 	senders *senderPool
 
-	// runMu guards started: before Run, control events apply directly.
+	// runMu guards started: Run runs once.
 	runMu   sync.Mutex
 	started bool
 	// fleet applies every worker set; current is the set in force, for
@@ -187,8 +187,12 @@ func (s *Server) Register(g *grpc.Server) {
 	healthgrpc.RegisterHealthServer(g, s.health)
 }
 
-// Run runs the dispatcher until ctx ends. Streams are answered only while
-// it runs; call it exactly once.
+// Run keeps the dispatcher's time (the scheduler's deadlines: queue
+// timeouts, settle windows) and runs the engine scraper and the replica
+// relay until ctx ends. Streams are answered from New on, but nothing
+// times out before Run starts; once it returns, a waiting stream is
+// answered 503 and the dispatcher refuses every later event. Call it
+// exactly once.
 func (s *Server) Run(ctx context.Context) error {
 	s.runMu.Lock()
 	if s.started {
@@ -227,21 +231,7 @@ func (s *Server) reportEngines(r enginemetrics.Round) {
 	if p := s.runCtx.Load(); p != nil {
 		ctx = *p
 	}
-	_ = s.disp.send(ctx, event{kind: evEngine, loads: r.Loads})
-}
-
-// control applies a control event: directly before Run (under runMu, so
-// Run cannot start meanwhile), through the dispatcher afterwards.
-func (s *Server) control(ctx context.Context, ev event) (reply, error) {
-	s.runMu.Lock()
-	if !s.started {
-		defer s.runMu.Unlock()
-		ev.reply = make(chan reply, 1)
-		s.disp.handle(ev)
-		return <-ev.reply, nil
-	}
-	s.runMu.Unlock()
-	return s.disp.call(ctx, ev)
+	_ = s.disp.send(ctx, &event{kind: evEngine, loads: r.Loads})
 }
 
 // SetWorkers validates ws and swaps it in atomically: the scheduler's
@@ -262,7 +252,7 @@ func (s *Server) SetWorkers(ws []fleet.Worker) error {
 // commitWorkers hands a worker set to the dispatcher, the owner of the
 // scheduling core; it is the one consumer that may refuse.
 func (s *Server) commitWorkers(set *fleet.Set) error {
-	_, err := s.control(context.Background(), event{kind: evWorkers, workers: set})
+	_, err := s.disp.call(context.Background(), &event{kind: evWorkers, workers: set})
 	return err
 }
 
@@ -332,7 +322,7 @@ func (s *Server) SetActive(ctx context.Context, active bool) error {
 	if s.relay != nil {
 		return s.setReplicaActive(ctx, active)
 	}
-	if _, err := s.control(ctx, event{kind: evActive, active: active}); err != nil && !errors.Is(err, errStopped) {
+	if _, err := s.disp.call(ctx, &event{kind: evActive, active: active}); err != nil && !errors.Is(err, errStopped) {
 		return err
 	}
 	return nil
@@ -360,7 +350,7 @@ func (s *Server) updateHealth(v serving) {
 // error when streams are still open then or ctx ends first. The caller
 // then stops the gRPC server and cancels Run's context.
 func (s *Server) Drain(ctx context.Context) error {
-	if _, err := s.control(ctx, event{kind: evDrain}); err != nil && !errors.Is(err, errStopped) {
+	if _, err := s.disp.call(ctx, &event{kind: evDrain}); err != nil && !errors.Is(err, errStopped) {
 		return err
 	}
 	s.log.Info("draining", "delay", s.cfg.DrainDelay, "open_streams", s.active.Load())
@@ -371,7 +361,7 @@ func (s *Server) Drain(ctx context.Context) error {
 	// In replica mode the queued requests wait on: another replica
 	// schedules them while this one drains, until the shutdown timeout.
 	if s.relay == nil {
-		if _, err := s.control(ctx, event{kind: evShed}); err != nil && !errors.Is(err, errStopped) {
+		if _, err := s.disp.call(ctx, &event{kind: evShed}); err != nil && !errors.Is(err, errStopped) {
 			return err
 		}
 	}
@@ -440,13 +430,12 @@ func (s *Server) MetricsHandler() http.Handler {
 	return mux
 }
 
-// Stats returns a scheduler snapshot. Called before Run, it waits for Run
-// to start, at most until ctx ends; ok is false when ctx ended first or
+// Stats returns a scheduler snapshot; ok is false when ctx has ended or
 // Run has stopped.
 func (s *Server) Stats(ctx context.Context) (sched.Stats, bool) {
-	r, err := s.disp.call(ctx, event{kind: evStats})
+	r, err := s.disp.call(ctx, &event{kind: evStats})
 	if err != nil {
 		return sched.Stats{}, false
 	}
-	return r.stats, true
+	return *r.stats, true
 }

@@ -637,24 +637,26 @@ func TestServer_ClientIPFromForwardedFor(t *testing.T) {
 	}
 }
 
-func TestServer_StatsWaitsForRun(t *testing.T) {
+// TestServer_StatsUntilRunStops: the scheduler answers from the start,
+// before Run too; once Run has stopped, nothing does.
+func TestServer_StatsUntilRunStops(t *testing.T) {
 	srv, err := New(Config{}, oneWorker)
 	if err != nil {
 		t.Fatal(err)
 	}
-	short, cancelShort := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancelShort()
-	if _, ok := srv.Stats(short); ok {
-		t.Fatal("Stats answered with no Run")
+	if st, ok := srv.Stats(context.Background()); !ok || st.Capacity == 0 {
+		t.Fatalf("Stats before Run: %v, capacity %d", ok, st.Capacity)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = srv.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	wait, cancelWait := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancelWait()
-	if st, ok := srv.Stats(wait); !ok || st.Capacity == 0 {
-		t.Fatalf("Stats right after starting Run: %v, capacity %d", ok, st.Capacity)
+	if st, ok := srv.Stats(context.Background()); !ok || st.Capacity == 0 {
+		t.Fatalf("Stats while Run runs: %v, capacity %d", ok, st.Capacity)
+	}
+	cancel()
+	<-done
+	if _, ok := srv.Stats(context.Background()); ok {
+		t.Fatal("Stats answered after Run stopped")
 	}
 }
 

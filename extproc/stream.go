@@ -73,11 +73,11 @@ func (e *streamEnv) submit(r *sched.Request, sub *subset) error {
 		rl.submit(r, e.box)
 		return nil
 	}
-	return e.s.disp.send(e.ctx, event{kind: evSubmit, id: r.ID, req: *r, subset: sub, box: e.box, at: time.Now()})
+	return e.s.disp.submit(e.ctx, r, sub, e.box)
 }
 
 func (e *streamEnv) route(model string, sub *subset) (fleet.Target, bool, error) {
-	r, err := e.s.disp.call(e.ctx, event{kind: evRoute, model: model, subset: sub})
+	r, err := e.s.disp.call(e.ctx, &event{kind: evRoute, model: model, subset: sub})
 	return r.target, r.ok, err
 }
 
@@ -89,7 +89,7 @@ func (e *streamEnv) release(id uint64) {
 		rl.release(id)
 		return
 	}
-	_ = e.s.disp.send(context.Background(), event{kind: evRelease, id: id})
+	_ = e.s.disp.send(context.Background(), &event{kind: evRelease, id: id})
 }
 
 func (e *streamEnv) firstToken(id uint64) {
@@ -97,7 +97,7 @@ func (e *streamEnv) firstToken(id uint64) {
 		rl.firstToken(id)
 		return
 	}
-	_ = e.s.disp.send(context.Background(), event{kind: evFirstToken, id: id})
+	_ = e.s.disp.send(context.Background(), &event{kind: evFirstToken, id: id})
 }
 
 func (e *streamEnv) usage(id, prompt, completion uint64) {
@@ -105,7 +105,7 @@ func (e *streamEnv) usage(id, prompt, completion uint64) {
 		rl.usage(id, prompt, completion)
 		return
 	}
-	_ = e.s.disp.send(context.Background(), event{kind: evUsage, id: id, prompt: prompt, completion: completion})
+	_ = e.s.disp.send(context.Background(), &event{kind: evUsage, id: id, prompt: prompt, completion: completion})
 }
 
 func (e *streamEnv) served(id uint64, worker string, rank uint32) {
@@ -113,7 +113,7 @@ func (e *streamEnv) served(id uint64, worker string, rank uint32) {
 		rl.served(id, worker, rank)
 		return
 	}
-	_ = e.s.disp.send(context.Background(), event{kind: evServed, id: id, worker: worker, rank: rank})
+	_ = e.s.disp.send(context.Background(), &event{kind: evServed, id: id, worker: worker, rank: rank})
 }
 
 func (e *streamEnv) routed(now time.Time, worker string, pl *intake.Plan) {
@@ -126,10 +126,11 @@ func (e *streamEnv) context() context.Context { return e.ctx }
 // goroutine only ever receives: it waits in Recv for Envoy's next message,
 // also while the request waits for the scheduler, so Envoy's own local
 // reply to a queued request (Envoy 1.37+) is answered at once and frees
-// the queue place. What arrives meanwhile from elsewhere (the dispatcher's
-// notices, the exchange's deadline, the dispatcher's end) is handled by a
-// short-lived goroutine under the stream's lock; one that ends the
-// exchange also ends the Recv, through the stream's context.
+// the queue place. The notices its own message brings (a submit decided at
+// once) it sends itself before the next Recv. What arrives meanwhile from
+// elsewhere (a later notice, the exchange's deadline, the dispatcher's
+// end) is handled by a short-lived goroutine under the stream's lock; one
+// that ends the exchange also ends the Recv, through the stream's context.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	n := s.streamOpened()
 	defer s.streamClosed()
@@ -205,9 +206,10 @@ type streamLoop struct {
 	closeWait *time.Timer
 
 	// notices holds the dispatcher's notices in order until a sender
-	// takes them; delivering is set while a sender runs. nmu guards both
-	// and is never held across a Send, so the dispatcher never waits on a
-	// stream.
+	// takes them; delivering is set while a sender runs, or while the
+	// stream goroutine handles a message and will send them itself (see
+	// claim). nmu guards these and is never held across a Send, so the
+	// dispatcher never waits on a stream.
 	nmu        sync.Mutex
 	notices    [noticeCap]notice
 	pending    int
@@ -219,7 +221,11 @@ func (l *streamLoop) run(m *extprocv3.ProcessingRequest) error {
 	for {
 		l.mu.Lock()
 		if !l.over {
+			own := l.claim()
 			l.apply(l.x.message(time.Now(), m), false)
+			if own {
+				l.drain(false)
+			}
 		}
 		over, result := l.over, l.result
 		l.mu.Unlock()
@@ -364,17 +370,37 @@ func (l *streamLoop) put(n notice) bool {
 	return true
 }
 
+// claim makes the stream goroutine the sender for the message it is about
+// to handle, unless a sender runs: the notices that handling brings (the
+// scheduler decides a submit at once, under the dispatcher's lock) are
+// then sent on the stream goroutine, with no hand-off. l.mu is held.
+func (l *streamLoop) claim() bool {
+	l.nmu.Lock()
+	defer l.nmu.Unlock()
+	if l.delivering {
+		return false
+	}
+	l.delivering = true
+	return true
+}
+
 // deliver applies the notices in order until none is left: the sender.
 func (l *streamLoop) deliver() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.drain(true)
+}
+
+// drain applies the notices in order until none is left and ends the
+// sender's turn. l.mu is held.
+func (l *streamLoop) drain(async bool) {
 	for {
 		n, more, ok := l.take()
 		if !ok {
 			return
 		}
 		if !l.over {
-			l.apply(l.x.onNotice(time.Now(), n, more), true)
+			l.apply(l.x.onNotice(time.Now(), n, more), async)
 		}
 	}
 }
