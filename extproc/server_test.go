@@ -688,6 +688,30 @@ func TestServer_AnsweredStreamEnvoyKeepsOpenIsReset(t *testing.T) {
 	})
 }
 
+// TestServer_DecidedAtOnceEndsOnTheStream: a submit the scheduler decides
+// at once is answered on the stream goroutine, before its next Recv, so a
+// rejection ends the stream cleanly right after its answer: it does not
+// wait for Envoy to close the stream, as an answer sent from elsewhere
+// must (TestServer_AnsweredStreamEnvoyKeepsOpenIsReset).
+func TestServer_DecidedAtOnceEndsOnTheStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := startServer(t, Config{}, []fleet.Worker{{ID: "w0", Address: "10.0.0.7:8000", Model: "llama"}})
+		c := ts.open()
+		p := proto{req: modeBuffered, resp: modeStreamed}
+		c.send(reqHeaders(p, "POST", "/v1/chat/completions", false), reqBody(`{"model":"gpt-nope","messages":[{"role":"user","content":"hi"}]}`, true))
+		c.recv()    // the headers' reply
+		r := <-c.in // read without closing, unlike recv
+		if ir := r.m.GetImmediateResponse(); ir.GetStatus().GetCode() != 404 {
+			t.Fatalf("got %v (%v), want the 404", kinds([]*extprocv3.ProcessingResponse{r.m}), r.err)
+		}
+		start := time.Now()
+		r = <-c.in
+		if !errors.Is(r.err, io.EOF) || time.Since(start) != 0 {
+			t.Fatalf("stream end %v after %v, want a clean end at once", r.err, time.Since(start))
+		}
+	})
+}
+
 // TestServer_UnknownModelIs404: a model no worker of the fleet has served
 // gets OpenAI's 404 model_not_found, which clients do not retry (vLLM gives
 // the same); a known model whose workers are all gone for now keeps the
