@@ -222,10 +222,11 @@ func (l *streamLoop) run(m *extprocv3.ProcessingRequest) error {
 		l.mu.Lock()
 		if !l.over {
 			own := l.claim()
-			l.apply(l.x.message(time.Now(), m), false)
+			l.send(l.x.message(time.Now(), m), false)
 			if own {
 				l.drain(false)
 			}
+			l.watch()
 		}
 		over, result := l.over, l.result
 		l.mu.Unlock()
@@ -250,11 +251,17 @@ func (l *streamLoop) fail(err error) error {
 	return l.result
 }
 
-// apply carries out one step of the exchange: send its messages, end the
-// exchange when it says so, otherwise watch its deadline and, once the
-// request is submitted, the dispatcher's end. async is set off the stream
-// goroutine, whose Recv must then be ended with the exchange. l.mu is held.
+// apply carries out one step of the exchange (send) and then watches
+// what it waits for (watch). async is set off the stream goroutine, whose
+// Recv must then be ended with the exchange. l.mu is held.
 func (l *streamLoop) apply(st step, async bool) {
+	l.send(st, async)
+	l.watch()
+}
+
+// send sends a step's messages and ends the exchange when the step says
+// so. l.mu is held.
+func (l *streamLoop) send(st step, async bool) {
 	for _, m := range st.send {
 		if err := l.stream.Send(m); err != nil {
 			if l.ctx.Err() != nil { // the stream ended: say how
@@ -266,6 +273,15 @@ func (l *streamLoop) apply(st step, async bool) {
 	}
 	if st.end {
 		l.finish(st.err, async)
+	}
+}
+
+// watch sets the timer to the exchange's deadline and, while its request
+// waits for the scheduler, watches for the dispatcher's end. It runs once
+// a batch of steps is sent, so that a submit decided at once sets up
+// neither. l.mu is held.
+func (l *streamLoop) watch() {
+	if l.over {
 		return
 	}
 	l.arm()
@@ -389,10 +405,11 @@ func (l *streamLoop) deliver() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.drain(true)
+	l.watch()
 }
 
-// drain applies the notices in order until none is left and ends the
-// sender's turn. l.mu is held.
+// drain sends the steps of the notices in order until none is left and
+// ends the sender's turn; the caller watches afterwards. l.mu is held.
 func (l *streamLoop) drain(async bool) {
 	for {
 		n, more, ok := l.take()
@@ -400,7 +417,7 @@ func (l *streamLoop) drain(async bool) {
 			return
 		}
 		if !l.over {
-			l.apply(l.x.onNotice(time.Now(), n, more), async)
+			l.send(l.x.onNotice(time.Now(), n, more), async)
 		}
 	}
 }
