@@ -212,7 +212,7 @@ type dispatcher struct {
 }
 
 // dispatcherHooks are the dispatcher's observers; each may be nil. They
-// run on the dispatcher's goroutine and must not block.
+// run under the dispatcher's lock and must neither block nor call it.
 type dispatcherHooks struct {
 	// submitted observes the time from a stream's submit to the end of
 	// the scheduler's Submit.
