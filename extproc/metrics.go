@@ -75,7 +75,7 @@ func newMetrics(topN int, stats func(context.Context) (sched.Stats, bool)) *metr
 		}, []string{"class"}),
 		decisionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tollgate_decision_latency_seconds",
-			Help:    "Scheduler overhead of a submit: from the stream handing the request to the dispatcher until the scheduler queued, dispatched or rejected it. Queue time is not included.",
+			Help:    "Scheduler overhead of a submit: from the stream handing the request to the dispatcher, its wait for the dispatcher's lock included, until the scheduler queued, dispatched or rejected it. Queue time is not included.",
 			Buckets: decisionLatencyBuckets,
 		}),
 		admission: prometheus.NewHistogramVec(prometheus.HistogramOpts{
