@@ -167,8 +167,8 @@ type reply struct {
 // per-request CPU work beyond the scheduler's own bookkeeping; the
 // scheduler's deadlines fire on a timer that takes the same lock.
 type dispatcher struct {
-	stopped chan struct{}
-	// halted ends when run returns, as stopped is closed.
+	// halted ends when run returns; from then on events are refused with
+	// errStopped. run ends it under mu.
 	halted context.Context
 	halt   context.CancelFunc
 	log    *slog.Logger
@@ -178,8 +178,6 @@ type dispatcher struct {
 
 	// mu guards the rest.
 	mu sync.Mutex
-	// over: run returned; events are refused with errStopped.
-	over bool
 	// timer calls tick at armed, the next deadline (zero: stopped); run
 	// makes it, so nothing times out before run.
 	timer   *time.Timer
@@ -226,7 +224,6 @@ type dispatcherHooks struct {
 
 func newDispatcher(sch scheduler, ws *fleet.Set, log *slog.Logger, hooks dispatcherHooks) *dispatcher {
 	d := &dispatcher{
-		stopped: make(chan struct{}),
 		log:     log,
 		hooks:   hooks,
 		sch:     sch,
@@ -252,8 +249,8 @@ func (d *dispatcher) publish() {
 }
 
 // run keeps the scheduler's deadlines until ctx ends, then refuses every
-// later event. Streams still waiting then see stopped closed and answer
-// for themselves.
+// later event. Streams still waiting then see halted end and answer for
+// themselves.
 func (d *dispatcher) run(ctx context.Context) {
 	d.mu.Lock()
 	d.timer = time.AfterFunc(time.Hour, d.tick)
@@ -262,26 +259,42 @@ func (d *dispatcher) run(ctx context.Context) {
 	d.mu.Unlock()
 	<-ctx.Done()
 	d.mu.Lock()
-	d.over = true
 	d.timer.Stop()
-	d.mu.Unlock()
-	close(d.stopped)
 	d.halt()
+	d.mu.Unlock()
+}
+
+// lock takes the lock for one event, unless ctx has ended or run has
+// returned; unlock sets the timer to the deadline the event left and lets
+// go.
+func (d *dispatcher) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	if d.halted.Err() != nil {
+		d.mu.Unlock()
+		return errStopped
+	}
+	return nil
+}
+
+func (d *dispatcher) unlock() {
+	d.arm()
+	d.mu.Unlock()
 }
 
 // tick acts at the scheduler's next deadline or the end of a settle
 // window, on the timer's goroutine.
 func (d *dispatcher) tick() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.over {
+	if d.lock(context.Background()) != nil {
 		return
 	}
+	defer d.unlock()
 	d.armed = time.Time{}
 	now := time.Now()
 	d.release(now)
 	d.deliver(d.sch.Tick(now))
-	d.arm()
 }
 
 // arm sets the timer to the next deadline, unless it is set for it
@@ -394,18 +407,13 @@ func (d *dispatcher) control(now time.Time, ev *event) reply {
 // first.
 func (d *dispatcher) submit(ctx context.Context, r *sched.Request, sub *subset, box noticeBox) error {
 	at := time.Now()
-	if err := ctx.Err(); err != nil {
+	if err := d.lock(ctx); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.over {
-		return errStopped
-	}
+	defer d.unlock()
 	now := time.Now()
 	d.release(now)
 	d.accept(now, r, sub, box, at)
-	d.arm()
 	return nil
 }
 
@@ -614,17 +622,11 @@ func (d *dispatcher) send(ctx context.Context, ev *event) error {
 // call applies ev and returns its answer. It fails when the dispatcher
 // stopped or ctx ended first.
 func (d *dispatcher) call(ctx context.Context, ev *event) (reply, error) {
-	if err := ctx.Err(); err != nil {
+	if err := d.lock(ctx); err != nil {
 		return reply{}, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.over {
-		return reply{}, errStopped
-	}
-	r := d.handle(ev)
-	d.arm()
-	return r, nil
+	defer d.unlock()
+	return d.handle(ev), nil
 }
 
 // subsetRejection answers a request whose endpoint subset names no known
