@@ -7,15 +7,14 @@ import (
 	"io"
 	"net"
 	"runtime"
-	"syscall"
 	"testing"
-	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgate/tollgate/extproc/fleet"
+	"github.com/tollgate/tollgate/test/bench"
 )
 
 // BenchmarkExchange_BufferedRequest measures the shell's per-request work
@@ -113,7 +112,7 @@ func BenchmarkServer_Buffered(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.SetParallelism(64 / max(1, runtime.GOMAXPROCS(0)))
-	before := cpuTime()
+	before := bench.SelfCPU()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -124,12 +123,5 @@ func BenchmarkServer_Buffered(b *testing.B) {
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(b.N), "cpu-µs/op")
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((bench.SelfCPU()-before).Microseconds())/float64(b.N), "cpu-µs/op")
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -22,6 +23,14 @@ func ProcRSS(pid int) (uint64, error) {
 // suits Go processes: their threads live as long as the process.
 func ProcCPU(pid int) (time.Duration, error) {
 	return tasksCPU(fmt.Sprintf("/proc/%d", pid))
+}
+
+// SelfCPU returns the user and system CPU time this process has used so
+// far, for a benchmark that runs its load in the same process.
+func SelfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // fails only for a bad who or pointer
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // tasksCPU sums the first field of dir/task/*/schedstat.

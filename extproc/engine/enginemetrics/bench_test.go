@@ -14,10 +14,10 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/test/bench"
 	"github.com/tollgate/tollgate/test/mockworker"
 )
 
@@ -136,9 +136,9 @@ func BenchmarkScrape_Fleet(b *testing.B) {
 				})
 				s.SetTargets(targets)
 				ctx, cancel := contextWithTimeout(scrapeWindow)
-				c0, t0 := cpuTime(), time.Now()
+				c0, t0 := bench.SelfCPU(), time.Now()
 				s.Run(ctx)
-				cpu += cpuTime() - c0
+				cpu += bench.SelfCPU() - c0
 				wall += time.Since(t0)
 				cancel()
 			}
@@ -153,13 +153,6 @@ func BenchmarkScrape_Fleet(b *testing.B) {
 
 // scrapeWindow is how long each benchmark iteration scrapes.
 const scrapeWindow = 5 * time.Second
-
-// cpuTime is this process's user plus system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
