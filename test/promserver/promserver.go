@@ -87,7 +87,10 @@ func Start(t testing.TB, cfg Config) *Server {
 	if err := os.WriteFile(confPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr, err := loopback.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin,
 		"--config.file="+confPath,
@@ -140,17 +143,6 @@ func Start(t testing.TB, cfg Config) *Server {
 		t.Fatal(err)
 	}
 	return &Server{URL: url, API: promv1.NewAPI(c)}
-}
-
-// freeAddr returns a loopback address with a port free a moment ago
-// (loopback.FreeAddr).
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	addr, err := loopback.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // CheckMetrics runs promtool check metrics on an exposition in the text
