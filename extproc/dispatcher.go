@@ -151,9 +151,9 @@ type event struct {
 	active bool
 }
 
-// reply is what an event answers: ok for a control event, the snapshot
-// for evStats (behind a pointer, so that every other reply stays small),
-// the route for evRoute.
+// reply is what an event answers: the snapshot for evStats (behind a
+// pointer, so that every other reply stays small), the route for evRoute
+// and whether there is one.
 type reply struct {
 	stats  *sched.Stats
 	target fleet.Target
@@ -366,7 +366,6 @@ func (d *dispatcher) control(now time.Time, ev *event) reply {
 		d.deliver(d.sch.SetWorkers(now, ev.workers.Sched))
 		d.state.workers = len(ev.workers.Sched)
 		d.publish()
-		return reply{ok: true}
 	case evSynced:
 		delete(d.expect, ev.front)
 		if len(d.expect) == 0 && now.Before(d.settleUntil) {
@@ -379,21 +378,18 @@ func (d *dispatcher) control(now time.Time, ev *event) reply {
 		} else {
 			d.setActive(now, ev.active)
 		}
-		return reply{ok: true}
 	case evDrain:
 		d.state.draining = true
 		d.publish()
-		return reply{ok: true}
 	case evShed:
 		d.shed = true
 		d.deliver(d.sch.Drain(now))
-		return reply{ok: true}
 	case evEngine:
 		d.loads = ev.loads
 		d.deliver(d.sch.ReportLoad(now, ev.loads))
 	case evStats:
 		st := d.sch.Stats()
-		return reply{stats: &st, ok: true}
+		return reply{stats: &st}
 	case evRoute:
 		return d.route(ev)
 	case evSubmit, evAdopt, evRelease, evFirstToken, evServed, evUsage: // handle's
