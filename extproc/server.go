@@ -75,9 +75,8 @@ type Server struct {
 	// streams; one may outlive its stream's handler by a moment.
 	senders *senderPool
 
-	// runMu guards started: Run runs once.
-	runMu   sync.Mutex
-	started bool
+	// started: Run runs once.
+	started atomic.Bool
 	// fleet applies every worker set; current is the set in force, for
 	// the streams of replica mode.
 	fleet   *fleet.Applier
@@ -194,13 +193,9 @@ func (s *Server) Register(g *grpc.Server) {
 // answered 503 and the dispatcher refuses every later event. Call it
 // exactly once.
 func (s *Server) Run(ctx context.Context) error {
-	s.runMu.Lock()
-	if s.started {
-		s.runMu.Unlock()
+	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("extproc: Run called twice")
 	}
-	s.started = true
-	s.runMu.Unlock()
 	s.log.Info("dispatcher started")
 	var wg sync.WaitGroup
 	if s.scraper != nil {
