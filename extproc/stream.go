@@ -251,16 +251,17 @@ func (l *streamLoop) fail(err error) error {
 	return l.result
 }
 
-// apply carries out one step of the exchange (send) and then watches
-// what it waits for (watch). async is set off the stream goroutine, whose
-// Recv must then be ended with the exchange. l.mu is held.
-func (l *streamLoop) apply(st step, async bool) {
-	l.send(st, async)
+// apply carries out a step that comes off the stream goroutine (the
+// exchange's deadline, the dispatcher's end), then watches what the
+// exchange still waits for. l.mu is held.
+func (l *streamLoop) apply(st step) {
+	l.send(st, true)
 	l.watch()
 }
 
 // send sends a step's messages and ends the exchange when the step says
-// so. l.mu is held.
+// so. async is set off the stream goroutine, whose Recv must then be
+// ended with the exchange. l.mu is held.
 func (l *streamLoop) send(st step, async bool) {
 	for _, m := range st.send {
 		if err := l.stream.Send(m); err != nil {
@@ -354,7 +355,7 @@ func (l *streamLoop) expire() {
 		l.arm() // moved since the timer was set
 		return
 	}
-	l.apply(l.x.onExpire(now), true)
+	l.apply(l.x.onExpire(now))
 }
 
 // shutdown answers a waiting request when the dispatcher has stopped.
@@ -362,7 +363,7 @@ func (l *streamLoop) shutdown() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.over {
-		l.apply(l.x.onShutdown(time.Now()), true)
+		l.apply(l.x.onShutdown(time.Now()))
 	}
 }
 
