@@ -19,6 +19,8 @@ type exchangeDeps struct {
 	keep headerSet
 	// queueTimeout[p] is class p's queue timeout, 0 when admission is off.
 	queueTimeout [sched.NumPriorities]time.Duration
+	// routes shares the routing answers.
+	routes routeCache
 	// warnedSourceAddress is set once the missing source.address
 	// attribute was logged.
 	warnedSourceAddress atomic.Bool

@@ -353,7 +353,7 @@ func (x *exchange) onDecided(now time.Time, n notice) step {
 	if x.cfg.Fairness != policy.FairnessNone {
 		x.deps.metrics.observeServed(a, x.who.Flow)
 	}
-	t := x.adm.decision.target
+	t := &x.adm.decision.target
 	x.env.routed(now, t.Worker, x.plan)
 	x.deps.metrics.admission.WithLabelValues("admitted").Observe(now.Sub(x.start).Seconds())
 	return step{send: x.routeReplies(t)}

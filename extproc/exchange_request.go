@@ -85,7 +85,7 @@ func (x *exchange) requestHeaders(now time.Time, m *extprocv3.ProcessingRequest,
 	switch x.reqMode {
 	case extprocfilterv3.ProcessingMode_BUFFERED, extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL:
 		x.stage = stageBody
-		return step{send: []*extprocv3.ProcessingResponse{requestHeadersReply(nil)}}
+		return step{send: []*extprocv3.ProcessingResponse{passRequestHeaders}}
 	case extprocfilterv3.ProcessingMode_STREAMED:
 		x.held = append(x.held, heldHeaders)
 		if x.early {
@@ -112,7 +112,7 @@ func (x *exchange) requestBody(now time.Time, b *extprocv3.HttpBody) step {
 		return step{} // Envoy's own reply stopped the request: nothing to answer
 	}
 	if x.stage == stageRouted && x.headersOnly { // never FULL_DUPLEX_STREAMED
-		return step{send: []*extprocv3.ProcessingResponse{requestBodyReply(nil)}}
+		return step{send: []*extprocv3.ProcessingResponse{passRequestBody}}
 	}
 	if x.stage != stageBody {
 		return x.protocolError("request body in stage %s", x.stage)
@@ -160,7 +160,7 @@ func (x *exchange) requestTrailers(now time.Time) step {
 		x.held = append(x.held, heldTrailers)
 		return step{}
 	case stageRouted:
-		return step{send: []*extprocv3.ProcessingResponse{requestTrailersReply()}}
+		return step{send: []*extprocv3.ProcessingResponse{passRequestTrailers}}
 	case stageEnvoyReply:
 		return step{} // Envoy's own reply stopped the request: nothing to answer
 	case stageStart, stageOver:
@@ -193,7 +193,7 @@ func (x *exchange) complete(now time.Time) step {
 			return x.reject(now, &answer.Rejection{Reason: answer.ReasonNoEndpoints, Model: model})
 		}
 		x.deps.metrics.admission.WithLabelValues("routed").Observe(now.Sub(x.start).Seconds())
-		return step{send: x.routeReplies(t)}
+		return step{send: x.routeReplies(&t)}
 	}
 	pl, rej := x.deps.planner.Build(x.env.context(), now, x.id, x.kind, x.hdr.lookup, x.who, x.body, x.headersOnly, x.rewriteParsed)
 	if rej != nil {
@@ -239,24 +239,23 @@ func (x *exchange) canCarryRoute() bool {
 // routeReplies answers every held request message in order; the first one
 // that can carry a header mutation carries the route and the envoy.lb
 // metadata.
-func (x *exchange) routeReplies(t fleet.Target) []*extprocv3.ProcessingResponse {
+func (x *exchange) routeReplies(t *fleet.Target) []*extprocv3.ProcessingResponse {
 	x.stage = stageRouted
-	mut, md := routing(t)
+	rt := x.deps.routes.get(t)
 	out := make([]*extprocv3.ProcessingResponse, 0, len(x.held)+1)
 	firstChunk := true
-	carry := func(r *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
-		if mut != nil {
-			r.DynamicMetadata = md
-			mut = nil
-		}
-		return r
-	}
 	for _, h := range x.held {
 		switch h {
 		case heldHeaders:
-			out = append(out, carry(requestHeadersReply(mut)))
+			if rt == nil {
+				out = append(out, passRequestHeaders)
+			} else {
+				out = append(out, rt.headers)
+			}
+			rt = nil
 		case heldBufferedBody:
-			out = append(out, carry(x.bufferedBodyReply(mut)))
+			out = append(out, x.bufferedBodyReply(rt))
+			rt = nil
 		case heldChunk:
 			out = append(out, x.streamedChunkReply(firstChunk))
 			firstChunk = false
@@ -264,7 +263,7 @@ func (x *exchange) routeReplies(t fleet.Target) []*extprocv3.ProcessingResponse 
 			trailers := len(x.held) > 0 && x.held[len(x.held)-1] == heldTrailers
 			out = append(out, duplexRequestBody(x.body, !trailers)...)
 		case heldTrailers:
-			out = append(out, requestTrailersReply())
+			out = append(out, passRequestTrailers)
 		}
 	}
 	x.held = x.held[:0]

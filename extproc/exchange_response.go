@@ -43,14 +43,14 @@ func (x *exchange) responseHeaders(now time.Time, h *extprocv3.HttpHeaders) step
 	}
 	if h.GetEndOfStream() {
 		x.finishResponse()
-		return step{send: []*extprocv3.ProcessingResponse{responseHeadersReply()}}
+		return step{send: []*extprocv3.ProcessingResponse{passResponseHeaders}}
 	}
 	if x.resp == responseWorker && x.preemptible() && x.canHoldResponse() {
 		x.heldResp = &heldResponse{}
 		x.heldResp.timer.start(now, x.cfg.EnvoyMessageTimeout, x.respMode != extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
 		return step{}
 	}
-	return step{send: []*extprocv3.ProcessingResponse{responseHeadersReply()}}
+	return step{send: []*extprocv3.ProcessingResponse{passResponseHeaders}}
 }
 
 // responseBody follows the response: the first non-empty chunk is the
@@ -97,14 +97,14 @@ func (x *exchange) responseBody(now time.Time, b *extprocv3.HttpBody) step {
 // responseTrailers end the response.
 func (x *exchange) responseTrailers(time.Time) step {
 	if x.stage == stageEnvoyReply {
-		return step{send: []*extprocv3.ProcessingResponse{responseTrailersReply()}, end: true}
+		return step{send: []*extprocv3.ProcessingResponse{passResponseTrailers}, end: true}
 	}
 	if x.stage != stageRouted {
 		return x.protocolError("response trailers in stage %s", x.stage)
 	}
 	x.finishResponse()
 	out := x.releaseResponse()
-	return step{send: append(out, responseTrailersReply())}
+	return step{send: append(out, passResponseTrailers)}
 }
 
 // envoyReply handles response headers that arrive before the route: Envoy
@@ -125,13 +125,13 @@ func (x *exchange) envoyReply(now time.Time, h *extprocv3.HttpHeaders) step {
 	x.log.Debug("Envoy answered the request itself before the route", "request", x.id, "status", code, "stage", x.stage.String())
 	x.stage = stageEnvoyReply
 	x.held, x.body, x.reqTimer = nil, nil, envoyTimer{}
-	return step{send: []*extprocv3.ProcessingResponse{responseHeadersReply()}, end: h.GetEndOfStream()}
+	return step{send: []*extprocv3.ProcessingResponse{passResponseHeaders}, end: h.GetEndOfStream()}
 }
 
 // envoyReplyBody passes a body chunk of Envoy's own reply through; its end
 // ends the stream.
 func (x *exchange) envoyReplyBody(b *extprocv3.HttpBody) step {
-	r := responseBodyReply()
+	r := passResponseBody
 	if x.respMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
 		r = duplexResponseChunk(b.GetBody(), b.GetEndOfStream())
 	}
@@ -169,7 +169,7 @@ func (x *exchange) releaseResponse() []*extprocv3.ProcessingResponse {
 	}
 	x.heldResp = nil
 	out := make([]*extprocv3.ProcessingResponse, 0, 1+len(h.pending))
-	out = append(out, responseHeadersReply())
+	out = append(out, passResponseHeaders)
 	for _, c := range h.pending {
 		if x.respMode == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
 			out = append(out, duplexResponseChunk(x.restoreModel(c.body), c.eos))

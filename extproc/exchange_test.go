@@ -76,7 +76,7 @@ func TestExchange_BufferedAdmission(t *testing.T) {
 	if diff := cmp.Diff([]string{"req_body+route"}, kinds(s.send)); diff != "" {
 		t.Fatalf("dispatch (-want +got):\n%s", diff)
 	}
-	m := s.send[0]
+	m := decoded(s.send[0])
 	mut := m.GetRequestBody().GetResponse().GetHeaderMutation()
 	if diff := cmp.Diff(map[string]string{headerDestination: "10.0.0.7:8000"}, headerMap(mut)); diff != "" {
 		t.Errorf("set headers (-want +got):\n%s", diff)
@@ -352,10 +352,17 @@ func TestExchange_SpoofedDestinationIsOverwritten(t *testing.T) {
 	feed(t, x, reqHeaders(proto{req: modeBuffered}, "POST", "/v1/chat/completions", false, headerDestination, "203.0.113.66:22"))
 	feed(t, x, reqBody(chatBody, true))
 	s := tell(x, t0, dispatched(false))
-	for _, h := range s.send[0].GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
-		if h.GetHeader().GetKey() == headerDestination && (string(h.GetHeader().GetRawValue()) != "10.0.0.7:8000" || !appendFalse(h)) {
-			t.Fatalf("destination %q append false %v", h.GetHeader().GetRawValue(), appendFalse(h))
+	routed := false
+	for _, h := range decoded(s.send[0]).GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if h.GetHeader().GetKey() == headerDestination {
+			if string(h.GetHeader().GetRawValue()) != "10.0.0.7:8000" || !appendFalse(h) {
+				t.Fatalf("destination %q append false %v", h.GetHeader().GetRawValue(), appendFalse(h))
+			}
+			routed = true
 		}
+	}
+	if !routed {
+		t.Fatal("the reply carries no destination")
 	}
 }
 
@@ -365,7 +372,7 @@ func TestExchange_MultiRankWorkerGetsTheRankHeader(t *testing.T) {
 	feed(t, x, reqBody(chatBody, true))
 	st := dispatched(false)
 	st.decision.target.Rank, st.decision.target.MultiRank = 3, true
-	mut := tell(x, t0, st).send[0].GetRequestBody().GetResponse().GetHeaderMutation()
+	mut := decoded(tell(x, t0, st).send[0]).GetRequestBody().GetResponse().GetHeaderMutation()
 	want := map[string]string{headerDestination: "10.0.0.7:8000", headerUpstreamRank: "3"}
 	if diff := cmp.Diff(want, headerMap(mut)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -795,11 +802,11 @@ func TestExchange_UsageComparison(t *testing.T) {
 // A split request names its prefill worker in x-prefiller-host-port; a
 // whole one removes the header, so a client's value never reaches a worker.
 func TestRouting_PrefillerHeader(t *testing.T) {
-	split, _ := routing(fleet.Target{Address: "10.0.0.7:8000", Prefiller: "10.0.0.9:8000"})
+	split, _ := routing(&fleet.Target{Address: "10.0.0.7:8000", Prefiller: "10.0.0.9:8000"})
 	if got := headerMap(split)[headerPrefiller]; got != "10.0.0.9:8000" || slices.Contains(split.GetRemoveHeaders(), headerPrefiller) {
 		t.Errorf("split: set %v, removed %v", headerMap(split), split.GetRemoveHeaders())
 	}
-	whole, _ := routing(fleet.Target{Address: "10.0.0.7:8000"})
+	whole, _ := routing(&fleet.Target{Address: "10.0.0.7:8000"})
 	if _, set := headerMap(whole)[headerPrefiller]; set || !slices.Contains(whole.GetRemoveHeaders(), headerPrefiller) {
 		t.Errorf("whole: set %v, removed %v", headerMap(whole), whole.GetRemoveHeaders())
 	}

@@ -10,6 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	protov2 "google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/extproc/fleet"
@@ -186,10 +187,26 @@ func rejected(a sched.Action) notice {
 // tell gives the exchange a notice with no other one waiting.
 func tell(x *exchange, now time.Time, n notice) step { return x.onNotice(now, n, false) }
 
-// kinds names the oneof of each response, for compact assertions.
+// decoded returns r as Envoy reads it: a shared route's reply is sent
+// pre-encoded, its fields in its unknown bytes (routeCache).
+func decoded(r *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+	raw := r.ProtoReflect().GetUnknown()
+	if len(raw) == 0 {
+		return r
+	}
+	d := &extprocv3.ProcessingResponse{}
+	if err := protov2.Unmarshal(raw, d); err != nil {
+		panic(fmt.Sprintf("a pre-encoded reply does not decode: %v", err))
+	}
+	return d
+}
+
+// kinds names the oneof of each response (decoded), for compact
+// assertions.
 func kinds(rs []*extprocv3.ProcessingResponse) []string {
 	var out []string
 	for _, r := range rs {
+		r = decoded(r)
 		switch v := r.GetResponse().(type) {
 		case *extprocv3.ProcessingResponse_RequestHeaders:
 			out = append(out, "req_headers"+mutMark(v.RequestHeaders.GetResponse()))

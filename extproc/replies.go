@@ -25,7 +25,7 @@ const maxDuplexChunk = 62_000
 // it when it has any, and x-prefiller-host-port for a split request
 // (removed otherwise: a client must not aim a decode worker's sidecar at an
 // address of its choice). Set headers are sorted by name.
-func routing(t fleet.Target) (*extprocv3.HeaderMutation, *structpb.Struct) {
+func routing(t *fleet.Target) (*extprocv3.HeaderMutation, *structpb.Struct) {
 	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{answer.SetHeader(headerDestination, t.Endpoints())}}
 	if t.MultiRank {
 		m.SetHeaders = append(m.SetHeaders, answer.SetHeader(headerUpstreamRank, strconv.FormatUint(uint64(t.Rank), 10)))
@@ -51,34 +51,38 @@ func common(m *extprocv3.HeaderMutation) *extprocv3.CommonResponse {
 	return &extprocv3.CommonResponse{HeaderMutation: m}
 }
 
-func requestHeadersReply(m *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+func requestHeadersReply(c *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-		RequestHeaders: &extprocv3.HeadersResponse{Response: common(m)}}}
+		RequestHeaders: &extprocv3.HeadersResponse{Response: c}}}
 }
 
-func requestBodyReply(m *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+func requestBodyReply(c *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: common(m)}}}
+		RequestBody: &extprocv3.BodyResponse{Response: c}}}
 }
 
-func requestTrailersReply() *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
-		RequestTrailers: &extprocv3.TrailersResponse{}}}
-}
-
-func responseHeadersReply() *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: common(nil)}}}
-}
-
-func responseBodyReply() *extprocv3.ProcessingResponse {
+func responseBodyReply(c *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: common(nil)}}}
+		ResponseBody: &extprocv3.BodyResponse{Response: c}}}
 }
 
-func responseTrailersReply() *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+// The replies that change nothing (CONTINUE) are built once and shared by
+// every stream: they are only ever marshalled, never modified.
+var (
+	passRequestHeaders  = requestHeadersReply(common(nil))
+	passRequestBody     = requestBodyReply(common(nil))
+	passRequestTrailers = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+		RequestTrailers: &extprocv3.TrailersResponse{}}}
+	passResponseHeaders = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: common(nil)}}}
+	passResponseBody     = responseBodyReply(common(nil))
+	passResponseTrailers = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 		ResponseTrailers: &extprocv3.TrailersResponse{}}}
+)
+
+// replaceBody is a body mutation that replaces the whole body with b.
+func replaceBody(b []byte) *extprocv3.BodyMutation {
+	return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: b}}
 }
 
 // streamed is a FULL_DUPLEX_STREAMED body chunk going back to Envoy.

@@ -2,8 +2,8 @@ package extproc
 
 import (
 	"bytes"
-	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -71,11 +71,10 @@ func (x *exchange) restoreModel(chunk []byte) []byte {
 // streamedResponseChunk answers one STREAMED response chunk, replacing it
 // when the model name was restored in it.
 func (x *exchange) streamedResponseChunk(chunk []byte) *extprocv3.ProcessingResponse {
-	r := responseBodyReply()
 	if out := x.restoreModel(chunk); !bytes.Equal(out, chunk) {
-		r.GetResponseBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
+		return responseBodyReply(&extprocv3.CommonResponse{BodyMutation: replaceBody(out)})
 	}
-	return r
+	return passResponseBody
 }
 
 // bufferedResponseReply answers a BUFFERED response body, the whole body
@@ -85,46 +84,51 @@ func (x *exchange) streamedResponseChunk(chunk []byte) *extprocv3.ProcessingResp
 // and then rejects a body mutation whose length differs from the
 // Content-Length (the upstream's, unless replaced).
 func (x *exchange) bufferedResponseReply(body []byte) *extprocv3.ProcessingResponse {
-	r := responseBodyReply()
 	out := x.restoreModel(body)
 	if bytes.Equal(out, body) {
-		return r
+		return passResponseBody
 	}
-	r.GetResponseBody().Response.HeaderMutation = &extprocv3.HeaderMutation{
-		SetHeaders: []*corev3.HeaderValueOption{answer.SetHeader("content-length", strconv.Itoa(len(out)))},
-	}
-	r.GetResponseBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
-	return r
+	return responseBodyReply(&extprocv3.CommonResponse{
+		HeaderMutation: &extprocv3.HeaderMutation{
+			SetHeaders: []*corev3.HeaderValueOption{answer.SetHeader("content-length", strconv.Itoa(len(out)))},
+		},
+		BodyMutation: replaceBody(out),
+	})
 }
 
-// bufferedBodyReply answers a BUFFERED body: the route, and the rewritten
-// body with its Content-Length when there is one (Envoy checks that they
-// agree).
-func (x *exchange) bufferedBodyReply(mut *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
-	r := requestBodyReply(mut)
-	if x.newBody == nil {
-		return r
+// bufferedBodyReply answers a BUFFERED body: with rt's route unless rt is
+// nil, and the rewritten body with its Content-Length when there is one
+// (Envoy checks that they agree).
+func (x *exchange) bufferedBodyReply(rt *route) *extprocv3.ProcessingResponse {
+	switch {
+	case x.newBody == nil && rt == nil:
+		return passRequestBody
+	case x.newBody == nil:
+		return rt.body
 	}
-	if mut == nil {
-		mut = &extprocv3.HeaderMutation{}
-		r.GetRequestBody().Response.HeaderMutation = mut
+	mut := &extprocv3.HeaderMutation{}
+	if rt != nil { // rt's mutation is shared: extend a copy
+		mut.SetHeaders, mut.RemoveHeaders = slices.Clone(rt.mut.SetHeaders), rt.mut.RemoveHeaders
 	}
-	mut.SetHeaders = append(mut.SetHeaders, answer.SetHeader("content-length", fmt.Sprint(len(x.newBody))))
+	mut.SetHeaders = append(mut.SetHeaders, answer.SetHeader("content-length", strconv.Itoa(len(x.newBody))))
 	answer.SortHeaders(mut.SetHeaders)
-	r.GetRequestBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: x.newBody}}
+	r := requestBodyReply(&extprocv3.CommonResponse{HeaderMutation: mut, BodyMutation: replaceBody(x.newBody)})
+	if rt != nil {
+		r.DynamicMetadata = rt.md
+	}
 	return r
 }
 
 // streamedChunkReply answers one held STREAMED chunk: with a rewritten
 // body, the first chunk carries all of it and the others are cleared.
 func (x *exchange) streamedChunkReply(first bool) *extprocv3.ProcessingResponse {
-	r := requestBodyReply(nil)
 	switch {
 	case x.newBody == nil:
+		return passRequestBody
 	case first:
-		r.GetRequestBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: x.newBody}}
-	default:
-		r.GetRequestBody().Response.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+		return requestBodyReply(&extprocv3.CommonResponse{BodyMutation: replaceBody(x.newBody)})
 	}
-	return r
+	return requestBodyReply(&extprocv3.CommonResponse{
+		BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}},
+	})
 }
