@@ -58,6 +58,7 @@ type options struct {
 	envoyMessageTimeout    time.Duration
 	envoyMaxMessageTimeout time.Duration
 	maxBodyBytes           int
+	gcHeapFloor            int64
 
 	grpcTLSCert  string
 	grpcTLSKey   string
@@ -160,6 +161,7 @@ func newFlagSet(name string, o *options) *flag.FlagSet {
 
 	fs.DurationVar(&o.drainDelay, "drain-delay", extproc.DefaultDrainDelay, "on SIGTERM, time between failing readiness and shedding the queue")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", extproc.DefaultShutdownTimeout, "on SIGTERM, time in-flight streams get to finish; the process exits within --drain-delay + --shutdown-timeout")
+	fs.Int64Var(&o.gcHeapFloor, "gc-heap-floor-bytes", defaultGCHeapFloor, "heap size below which the garbage collector does not start a cycle (0: Go's default, a cycle each time the heap doubles; off when GOGC is set)")
 	fs.IntVar(&o.maxConcurrentStreams, "max-concurrent-streams", extproc.DefaultMaxConcurrentStreams, "most open ext_proc streams (one per request, held ones included); more end with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&o.firstMessageTimeout, "first-message-timeout", extproc.DefaultFirstMessageTimeout, "how long an ext_proc stream may stay open without sending its first message")
 	registerDiscoveryFlags(fs, &o.discovery)
@@ -191,7 +193,8 @@ func (o *options) build(log *slog.Logger) (*setup, error) {
 	var replicaErr error
 	cfg.Replica, replicaErr = o.replicaConfig()
 	err := errors.Join(serverErr, tokErr, o.scheduling(&cfg), workersErr, replicaErr,
-		o.discovery.validate(o), o.kvEvents.validate(), o.kvEvents.checkWorkers(workers), cfg.Validate())
+		o.discovery.validate(o), o.kvEvents.validate(), o.kvEvents.checkWorkers(workers), cfg.Validate(),
+		checkGCHeapFloor(o.gcHeapFloor))
 	if err == nil && cfg.GRPC.TLSCert != "" {
 		_, err = extproc.ServerOptions(cfg) // loads the certificate, key and client CA
 	}
@@ -318,6 +321,7 @@ func (o *options) warnings(workers []fleet.Worker) []string {
 	}
 	ws = append(ws, o.rateLimits.warnings(o.priorityEnabled)...)
 	ws = append(ws, o.discovery.replicaWarnings()...)
+	ws = append(ws, gcFloorWarnings(o.gcHeapFloor)...)
 	if o.picker.testEndpointSelection {
 		ws = append(ws, "--test-endpoint-selection is on: any client can choose its worker with the test-epp-endpoint-selection header; use it for conformance tests only")
 	}

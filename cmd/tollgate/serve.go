@@ -41,6 +41,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, w := range st.warnings {
 		log.Warn(w)
 	}
+	defer startGCFloor(o.gcHeapFloor, log)()
 	return serve(ctx, &o, st, log, nil, nil)
 }
 

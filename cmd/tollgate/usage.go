@@ -18,8 +18,8 @@ type flagGroup struct {
 // each flag newFlagSet registers is listed here exactly once; a flag
 // missing here is still printed, under "Other flags".
 var flagGroups = []flagGroup{
-	{"General (workers, listeners, logging, shutdown)", []string{
-		"workers", "grpc-addr", "metrics-addr", "log-level", "drain-delay", "shutdown-timeout",
+	{"General (workers, listeners, logging, shutdown, memory)", []string{
+		"workers", "grpc-addr", "metrics-addr", "log-level", "drain-delay", "shutdown-timeout", "gc-heap-floor-bytes",
 	}},
 	{"Dynamo router policy (policy-class queues, worker selection)", []string{
 		"router-policy-config", "router-queue-threshold", "router-queue-policy", "class-limit-status",
