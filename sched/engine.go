@@ -32,9 +32,11 @@ import (
 //     the worker's own: the seeds of worker w's ranks hold
 //     min(Σ seed, slots(w)), so one engine's report, however large, never
 //     takes another worker's slots. Later reports only lower the seed (to
-//     what the engine reports beyond the bookings), so once the requests in
-//     flight before the start have ended the bookings alone count. A stale
-//     rank loses its seed for good.
+//     what the engine reports beyond the bookings), a report late: a
+//     request the engine finished just before a read is released here
+//     after it (seedRank). Once the requests in flight before the start
+//     have ended the bookings alone count. A stale rank loses its seed for
+//     good.
 //   - Capacity. A worker given no max_running_requests takes its slot count
 //     from the sum of its ranks' reported MaxRunning once every rank has
 //     reported one; the SMG capacity and the clamped reservations follow.
@@ -133,6 +135,15 @@ type engineState struct {
 	prefilling uint32
 	firsts     [recentBookings]instant
 	nFirsts    uint64
+	// prevLoad and prevAt are the rank's report before the last one
+	// (running + waiting, read at prevAt); prevKnown is set once there is
+	// one. seedRank lowers the seed from it, not from the last report.
+	prevLoad  uint64
+	prevAt    instant
+	prevKnown bool
+	// sure counts, for seedRank, the rank's requests in flight past their
+	// first token at prevAt.
+	sure uint32
 }
 
 // recentBookings bounds the booking times kept per rank. More bookings
@@ -256,6 +267,7 @@ func (s *Scheduler) unbookSince(e *entry) {
 		r.prefilling--
 		r.firsts[r.nFirsts%recentBookings] = s.now
 		r.nFirsts++
+		e.first = s.now
 	}
 	if e.flags&flagSince == 0 {
 		return
@@ -318,6 +330,9 @@ func (s *Scheduler) record(l *EngineLoad) {
 	if !(kv >= 0) { // also NaN
 		kv = 0
 	}
+	if r.eng.known {
+		r.eng.prevLoad, r.eng.prevAt, r.eng.prevKnown = uint64(r.eng.running)+uint64(r.eng.waiting), r.eng.at, true
+	}
 	r.eng.known, r.eng.at = true, at
 	r.eng.waiting, r.eng.running = l.Waiting, l.Running
 	r.eng.kv, r.eng.kvBlocks, r.eng.maxRunning = min(kv, 1), l.KVBlocks, l.MaxRunning
@@ -330,6 +345,7 @@ func (s *Scheduler) record(l *EngineLoad) {
 // applySeeds moves every rank's warm-start seed (see the top of the file)
 // and reports whether the slots the seeds hold changed.
 func (s *Scheduler) applySeeds() bool {
+	s.countSure()
 	for _, w := range s.workers {
 		for _, r := range w.ranks {
 			s.seedRank(r)
@@ -341,6 +357,18 @@ func (s *Scheduler) applySeeds() bool {
 }
 
 // seedRank moves r's seed.
+//
+// The first fresh report sets it: the engine's load beyond the bookings it
+// had surely seen when it was read (past their first token by then). One
+// still in transit must not lower the seed, which may therefore start a
+// little high while requests are in prefill, never low.
+//
+// Later, the seed only goes down, to the report before the last one beyond
+// the bookings past their first token when it was read and still in
+// flight. The last report is not used yet: a request the engine finished
+// just before it was read may not have been released here, and counting
+// it as booked would take it for an old request's end and free its slot
+// twice. A report interval later its release has arrived.
 func (s *Scheduler) seedRank(r *rankState) {
 	e := &r.eng
 	if e.seedState == seedDone {
@@ -353,21 +381,13 @@ func (s *Scheduler) seedRank(r *rankState) {
 	if !e.known {
 		return
 	}
-	reported := uint64(e.running) + uint64(e.waiting)
-	var beyond uint32
-	// Only the bookings the engine had surely seen when it was read (past
-	// their first token by then) explain its load; one still in transit
-	// must not lower the seed. The seed may therefore stay a little high
-	// while requests are in prefill, never low.
-	unsure := uint64(e.prefilling) + uint64(countAfter(&e.firsts, e.nFirsts, e.at))
-	if booked := uint64(r.requests) - min(unsure, uint64(r.requests)); reported > booked {
-		beyond = uint32(min(reported-booked, math.MaxUint32))
-	}
 	if e.seedState == seedPending {
-		e.seed, e.seedState = beyond, seedActive
-	} else {
-		e.seed = min(e.seed, beyond)
+		unsure := uint64(e.prefilling) + uint64(countAfter(&e.firsts, e.nFirsts, e.at))
+		e.seed, e.seedState = beyond(uint64(e.running)+uint64(e.waiting), uint64(r.requests)-min(unsure, uint64(r.requests))), seedActive
+	} else if e.prevKnown {
+		e.seed = min(e.seed, beyond(e.prevLoad, uint64(e.sure)))
 	}
+	reported := uint64(e.running) + uint64(e.waiting)
 	// The seed's share of the reported KV blocks, at least one per request.
 	used := uint64(e.kv * float64(e.kvBlocks))
 	e.seedBlocks = uint64(e.seed)
@@ -376,6 +396,34 @@ func (s *Scheduler) seedRank(r *rankState) {
 	}
 	if e.seed == 0 {
 		e.seedBlocks, e.seedState = 0, seedDone
+	}
+}
+
+// beyond is a reported load beyond the requests booked, 0 if none.
+func beyond(reported, booked uint64) uint32 {
+	if reported <= booked {
+		return 0
+	}
+	return uint32(min(reported-booked, math.MaxUint32))
+}
+
+// countSure sets each seeded rank's sure count: its requests in flight
+// whose first token came at or before its report before the last. It runs
+// only while some rank carries a seed, in the warm start's first seconds.
+func (s *Scheduler) countSure() {
+	active := false
+	for _, r := range s.ranks {
+		r.eng.sure = 0
+		active = active || r.eng.seedState == seedActive
+	}
+	if !active {
+		return
+	}
+	for _, x := range s.entries {
+		if r := x.rank; x.state == stateInFlight && r != nil && r.eng.seedState == seedActive &&
+			x.flags&flagPrefilling == 0 && r.eng.prevKnown && x.first <= r.eng.prevAt {
+			r.eng.sure++
+		}
 	}
 }
 

@@ -129,17 +129,26 @@ func TestEngine_WarmStartSeedsSlotsFromReports(t *testing.T) {
 	h.at(500 * time.Millisecond)
 	h.want("first tokens", append(h.first(1), h.first(2)...))
 	h.at(600 * time.Millisecond)
+	h.want("read", h.report(EngineLoad{Worker: "a", Running: 2}, EngineLoad{Worker: "b", Running: 1}))
+	if st := h.s.Stats(); st.Seeded != 6 {
+		t.Fatalf("seeded %d before the next report, want 6", st.Seeded)
+	}
+	// The seed falls a report later, once whatever the engines had
+	// finished by the 600 ms read has been released here.
+	h.at(time.Second)
 	h.want("decay", h.report(EngineLoad{Worker: "a", Running: 2}, EngineLoad{Worker: "b", Running: 1}),
 		"dispatch 3 b/0 queued")
 	if st := h.s.Stats(); st.Seeded != 1 {
 		t.Fatalf("seeded %d, want 1", st.Seeded)
 	}
-	// A report above the bookings later (outside traffic) does not raise
-	// the seed again.
-	h.at(time.Second)
-	h.report(EngineLoad{Worker: "a", Running: 4}, EngineLoad{Worker: "b", Running: 4})
-	if st := h.s.Stats(); st.Seeded != 1 {
-		t.Fatalf("seeded %d after outside load, want 1", st.Seeded)
+	// Reports above the bookings later (outside traffic) do not raise the
+	// seed again.
+	for _, at := range []time.Duration{1400 * time.Millisecond, 1800 * time.Millisecond} {
+		h.at(at)
+		h.report(EngineLoad{Worker: "a", Running: 4}, EngineLoad{Worker: "b", Running: 4})
+		if st := h.s.Stats(); st.Seeded != 1 {
+			t.Fatalf("seeded %d after outside load, want 1", st.Seeded)
+		}
 	}
 }
 

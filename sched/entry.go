@@ -69,6 +69,9 @@ type entry struct {
 	prank *rankState
 	// epoch is the rank's report epoch when e was booked (engine.go).
 	epoch uint32
+	// first is when e, in flight, left its rank's prefilling count: its
+	// first token (engine.go).
+	first instant
 	// prev and next link the entry into one intrusive list at a time: its
 	// priority's wait list while queued, its priority's preemptible list
 	// while in flight and preemptible, the free list while pooled.

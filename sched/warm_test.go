@@ -35,9 +35,12 @@ func TestWarm_OverfullWorkerTakesOnlyItsOwnSlots(t *testing.T) {
 	if r := h.rank("a", 0); r.Engine.Seed != 10 {
 		t.Fatalf("a's seed %d; its selection cost must keep the engine's 10", r.Engine.Seed)
 	}
-	// a's old requests end: its seed falls and the queued request goes there.
+	// a's old requests end: a report later its seed falls and the queued
+	// request goes there.
 	h.at(300 * time.Millisecond)
-	h.want("a drains", h.report(EngineLoad{Worker: "a", Running: 3}, EngineLoad{Worker: "b", Running: 4}),
+	h.want("a drains", h.report(EngineLoad{Worker: "a", Running: 3}, EngineLoad{Worker: "b", Running: 4}))
+	h.at(500 * time.Millisecond)
+	h.want("a report later", h.report(EngineLoad{Worker: "a", Running: 3}, EngineLoad{Worker: "b", Running: 4}),
 		"dispatch 5 a/0 queued")
 	h.wantSeeded("a's 3 old requests", 3)
 }
@@ -210,10 +213,13 @@ func TestWarm_PreemptionWaitsForTheWarmStart(t *testing.T) {
 	h.at(1100 * time.Millisecond)
 	h.want("warm end", h.report(EngineLoad{Worker: "a", Running: 2}), "preempt 2 bulk by interactive")
 	// Request 2 was still in prefill when the engine was read, so the seed
-	// counts it until the next report.
+	// counts it until the report read after its end has been followed by
+	// another.
 	h.want("victim ends", h.release(2))
 	h.at(1200 * time.Millisecond)
-	h.want("next report", h.report(EngineLoad{Worker: "a", Running: 1}), "dispatch 3 a/0 queued")
+	h.want("next report", h.report(EngineLoad{Worker: "a", Running: 1}))
+	h.at(1300 * time.Millisecond)
+	h.want("a report later", h.report(EngineLoad{Worker: "a", Running: 1}), "dispatch 3 a/0 queued")
 
 	// Again with a free slot at the warm end: nothing is preempted.
 	h.want("done", append(h.finish(1), h.finish(3)...))
@@ -242,4 +248,31 @@ func TestWarm_ChargeNeverExceedsTheWorkersSlots(t *testing.T) {
 	if err := simInvariants(h.s); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A request the engine finished just before a scrape, whose release
+// arrives here after that report, is not taken for an old request's end:
+// its slot is freed once, by its release.
+func TestWarm_RequestEndedBeforeItsReleaseFreesOneSlot(t *testing.T) {
+	cfg := simSMG(simZeroFloors)
+	cfg.Engine = simEngine()
+	h := newSim(t, cfg, simWorker("a", 4))
+	// The engine runs three old requests: one slot is free.
+	h.at(100 * time.Millisecond)
+	h.want("seeded", h.report(EngineLoad{Worker: "a", Running: 3}))
+	h.want("the free slot", h.submit(simReq(1, PriorityDefault, 16)), "dispatch 1 a/0")
+	h.want("full", h.submit(simReq(2, PriorityDefault, 16)), "queue 2")
+	h.at(150 * time.Millisecond)
+	h.want("first token", h.first(1))
+	// Request 1 ends at the engine, which is read before its release
+	// arrives: the engine runs the three old requests alone.
+	h.at(1100 * time.Millisecond)
+	h.want("read before the release", h.report(EngineLoad{Worker: "a", Running: 3, At: simT0.Add(1090 * time.Millisecond)}))
+	h.want("release", h.release(1), "dispatch 2 a/0 queued")
+	h.wantSeeded("the old requests", 3)
+	// The next report runs the old requests and request 2: still full.
+	h.at(1500 * time.Millisecond)
+	h.want("next report", h.report(EngineLoad{Worker: "a", Running: 4}))
+	h.wantSeeded("the old requests, a report later", 3)
+	h.want("still full", h.submit(simReq(3, PriorityDefault, 16)), "queue 3")
 }
