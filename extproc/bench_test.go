@@ -12,6 +12,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	protov2 "google.golang.org/protobuf/proto"
 
 	"github.com/tollgate/tollgate/extproc/fleet"
 	"github.com/tollgate/tollgate/test/bench"
@@ -124,4 +125,28 @@ func BenchmarkServer_Buffered(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64((bench.SelfCPU()-before).Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// BenchmarkRouteReply measures a route's BUFFERED body reply per request,
+// built and marshalled: built for the request (a target with fallbacks
+// gets its own), or taken from the routeCache, marshalled once already.
+func BenchmarkRouteReply(b *testing.B) {
+	t := fleet.Target{Worker: "w0", Address: "10.0.0.7:8000"}
+	var cache routeCache
+	for _, c := range []struct {
+		name  string
+		route func() *route
+	}{
+		{"built", func() *route { return newRoute(&t) }},
+		{"cached", func() *route { return cache.get(&t) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := protov2.Marshal(c.route().body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -28,8 +28,9 @@ func newRoute(t *fleet.Target) *route {
 }
 
 // encoded returns r with its replies marshalled once: a route shared by
-// many requests then costs each a copy of its bytes, not the metadata
-// map's marshalling (about 1.7 µs and 4 allocations).
+// many requests then costs each a copy of its bytes. Building and
+// marshalling it for each request cost 4.3 µs and 32 allocations, a
+// cached one 0.26 µs and one (BenchmarkRouteReply).
 func (r *route) encoded() *route {
 	return &route{mut: r.mut, md: r.md, headers: encoded(r.headers), body: encoded(r.body)}
 }
