@@ -37,8 +37,9 @@ type gcFloor struct {
 // basePercent is the GOGC a heap above half the floor keeps: Go's default.
 const basePercent = 100
 
-// maxPercent bounds the GOGC the floor sets, for an almost empty heap.
-const maxPercent = 1 << 20
+// heapMinimum is Go's smallest heap goal at GOGC=100, 4 MiB; it scales
+// with GOGC (runtime/mgcpacer.go, defaultHeapMinimum).
+const heapMinimum = 4 << 20
 
 // startGCFloor starts the floor when floor > 0 and GOGC is not set, and
 // returns what stops it and restores GOGC=100. A GOGC in the environment
@@ -102,15 +103,19 @@ func (g *gcFloor) set(p int) {
 }
 
 // percentFor is the GOGC that starts the next cycle at the larger of floor
-// and twice live.
+// and twice live. It is at most the GOGC whose minimum heap goal is the
+// floor: Go's goal is never below heapMinimum × GOGC/100, so a larger one
+// would let an almost empty heap (or one before its first cycle) grow past
+// the floor.
 func percentFor(floor, live uint64) int {
-	if live == 0 {
-		return maxPercent
-	}
+	most := max(basePercent, floor*100/heapMinimum)
 	if live >= floor/2 {
 		return basePercent
 	}
-	return int(min(float64(floor)/float64(live)*100-100, maxPercent))
+	if live == 0 {
+		return int(most)
+	}
+	return int(min(floor*100/live-100, most))
 }
 
 // readLiveHeap reads the heap that the last GC cycle marked live.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
@@ -18,12 +19,15 @@ func TestPercentFor(t *testing.T) {
 		live uint64
 		want int
 	}{
-		{live: 4 << 20, want: 1500}, // next cycle at 64 MiB
+		{live: 5 << 20, want: 1180}, // next cycle at 64 MiB
 		{live: 16 << 20, want: 300},
 		{live: 32 << 20, want: basePercent}, // twice the live heap is the floor
 		{live: 1 << 30, want: basePercent},
-		{live: 0, want: maxPercent},
-		{live: 1, want: maxPercent},
+		// Go's minimum goal, 4 MiB × GOGC/100, reaches the floor at 1600.
+		{live: 4 << 20, want: 1500},
+		{live: 1 << 20, want: 1600},
+		{live: 1, want: 1600},
+		{live: 0, want: 1600}, // before the first cycle
 	} {
 		if got := percentFor(floor, c.live); got != c.want {
 			t.Errorf("percentFor(64 MiB, %d) = %d, want %d", c.live, got, c.want)
@@ -139,5 +143,27 @@ func unsetGOGC(t *testing.T) {
 	t.Setenv("GOGC", "")
 	if err := os.Unsetenv("GOGC"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The runtime's own heap goal follows the floor.
+func TestStartGCFloor_HeapGoalIsTheFloor(t *testing.T) {
+	unsetGOGC(t)
+	const floor = 256 << 20
+	stop := startGCFloor(floor, slog.New(slog.DiscardHandler))
+	defer stop()
+	goal := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	collectUntil(t, "heap goal near the floor", func() bool { return goal() >= floor*9/10 })
+	if g := goal(); g > 2*floor {
+		t.Fatalf("heap goal %d MiB, over twice the %d MiB floor", g>>20, floor>>20)
+	}
+	stop()
+	runtime.GC()
+	if g := goal(); g >= floor/2 {
+		t.Fatalf("heap goal %d MiB after stop", g>>20)
 	}
 }
