@@ -136,14 +136,18 @@ type engineState struct {
 	firsts     [recentBookings]instant
 	nFirsts    uint64
 	// prevLoad and prevAt are the rank's report before the last one
-	// (running + waiting, read at prevAt); prevKnown is set once there is
-	// one. seedRank lowers the seed from it, not from the last report.
+	// (running + waiting, read at prevAt), prevSure the requests past their
+	// first token when it was read that are still in flight; prevKnown is
+	// set once there is one. seedRank lowers the seed from it, not from
+	// the last report.
 	prevLoad  uint64
 	prevAt    instant
+	prevSure  uint32
 	prevKnown bool
-	// sure counts, for seedRank, the rank's requests in flight past their
-	// first token at prevAt.
-	sure uint32
+	// lastSure counts the requests in flight past their first token when
+	// the last report was read, as it was recorded; lastGone those of them
+	// released since. The next report makes their difference prevSure.
+	lastSure, lastGone uint32
 }
 
 // recentBookings bounds the booking times kept per rank. More bookings
@@ -330,13 +334,17 @@ func (s *Scheduler) record(l *EngineLoad) {
 	if !(kv >= 0) { // also NaN
 		kv = 0
 	}
-	if r.eng.known {
-		r.eng.prevLoad, r.eng.prevAt, r.eng.prevKnown = uint64(r.eng.running)+uint64(r.eng.waiting), r.eng.at, true
+	e := &r.eng
+	if e.known {
+		e.prevLoad, e.prevAt, e.prevKnown = uint64(e.running)+uint64(e.waiting), e.at, true
+		e.prevSure = e.lastSure - min(e.lastGone, e.lastSure)
 	}
-	r.eng.known, r.eng.at = true, at
-	r.eng.waiting, r.eng.running = l.Waiting, l.Running
-	r.eng.kv, r.eng.kvBlocks, r.eng.maxRunning = min(kv, 1), l.KVBlocks, l.MaxRunning
-	r.eng.epoch++
+	past := r.requests - min(e.prefilling, r.requests)
+	e.lastSure, e.lastGone = past-min(countAfter(&e.firsts, e.nFirsts, at), past), 0
+	e.known, e.at = true, at
+	e.waiting, e.running = l.Waiting, l.Running
+	e.kv, e.kvBlocks, e.maxRunning = min(kv, 1), l.KVBlocks, l.MaxRunning
+	e.epoch++
 	// The requests booked after the scrape are not in it: those still
 	// before their first token count as waiting.
 	s.recountSince(r, at)
@@ -345,7 +353,6 @@ func (s *Scheduler) record(l *EngineLoad) {
 // applySeeds moves every rank's warm-start seed (see the top of the file)
 // and reports whether the slots the seeds hold changed.
 func (s *Scheduler) applySeeds() bool {
-	s.countSure()
 	for _, w := range s.workers {
 		for _, r := range w.ranks {
 			s.seedRank(r)
@@ -385,7 +392,7 @@ func (s *Scheduler) seedRank(r *rankState) {
 		unsure := uint64(e.prefilling) + uint64(countAfter(&e.firsts, e.nFirsts, e.at))
 		e.seed, e.seedState = beyond(uint64(e.running)+uint64(e.waiting), uint64(r.requests)-min(unsure, uint64(r.requests))), seedActive
 	} else if e.prevKnown {
-		e.seed = min(e.seed, beyond(e.prevLoad, uint64(e.sure)))
+		e.seed = min(e.seed, beyond(e.prevLoad, uint64(e.prevSure)))
 	}
 	reported := uint64(e.running) + uint64(e.waiting)
 	// The seed's share of the reported KV blocks, at least one per request.
@@ -407,23 +414,12 @@ func beyond(reported, booked uint64) uint32 {
 	return uint32(min(reported-booked, math.MaxUint32))
 }
 
-// countSure sets each seeded rank's sure count: its requests in flight
-// whose first token came at or before its report before the last. It runs
-// only while some rank carries a seed, in the warm start's first seconds.
-func (s *Scheduler) countSure() {
-	active := false
-	for _, r := range s.ranks {
-		r.eng.sure = 0
-		active = active || r.eng.seedState == seedActive
-	}
-	if !active {
-		return
-	}
-	for _, x := range s.entries {
-		if r := x.rank; x.state == stateInFlight && r != nil && r.eng.seedState == seedActive &&
-			x.flags&flagPrefilling == 0 && r.eng.prevKnown && x.first <= r.eng.prevAt {
-			r.eng.sure++
-		}
+// noteEnd counts e, about to be unbooked, among the requests its rank's
+// last report saw past their first token, if it was one of them.
+func (s *Scheduler) noteEnd(e *entry) {
+	r := &e.rank.eng
+	if r.known && e.flags&flagPrefilling == 0 && e.first <= r.at {
+		r.lastGone++
 	}
 }
 

@@ -439,6 +439,7 @@ func (s *Scheduler) releasePrefill(e *entry) {
 // takes the rank out of the book.
 func (s *Scheduler) unbook(e *entry) {
 	r := e.rank
+	s.noteEnd(e)
 	s.releasePrefill(e)
 	r.blocks -= s.blocksOf(e.isl)
 	r.requests--
