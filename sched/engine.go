@@ -146,7 +146,8 @@ type engineState struct {
 	prevKnown bool
 	// lastSure counts the requests in flight past their first token when
 	// the last report was read, as it was recorded; lastGone those of them
-	// released since. The next report makes their difference prevSure.
+	// released since. Their difference sets a first seed; the next report
+	// makes it prevSure.
 	lastSure, lastGone uint32
 }
 
@@ -366,9 +367,9 @@ func (s *Scheduler) applySeeds() bool {
 // seedRank moves r's seed.
 //
 // The first fresh report sets it: the engine's load beyond the bookings it
-// had surely seen when it was read (past their first token by then). One
-// still in transit must not lower the seed, which may therefore start a
-// little high while requests are in prefill, never low.
+// had surely seen when it was read (past their first token by then) and
+// still in flight. One still in transit must not lower the seed, which may
+// therefore start a little high while requests are in prefill, never low.
 //
 // Later, the seed only goes down, to the report before the last one beyond
 // the bookings past their first token when it was read and still in
@@ -388,13 +389,12 @@ func (s *Scheduler) seedRank(r *rankState) {
 	if !e.known {
 		return
 	}
+	reported := uint64(e.running) + uint64(e.waiting)
 	if e.seedState == seedPending {
-		unsure := uint64(e.prefilling) + uint64(countAfter(&e.firsts, e.nFirsts, e.at))
-		e.seed, e.seedState = beyond(uint64(e.running)+uint64(e.waiting), uint64(r.requests)-min(unsure, uint64(r.requests))), seedActive
+		e.seed, e.seedState = beyond(reported, uint64(e.lastSure-min(e.lastGone, e.lastSure))), seedActive
 	} else if e.prevKnown {
 		e.seed = min(e.seed, beyond(e.prevLoad, uint64(e.prevSure)))
 	}
-	reported := uint64(e.running) + uint64(e.waiting)
 	// The seed's share of the reported KV blocks, at least one per request.
 	used := uint64(e.kv * float64(e.kvBlocks))
 	e.seedBlocks = uint64(e.seed)
