@@ -10,8 +10,6 @@ import (
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	protov2 "google.golang.org/protobuf/proto"
 
 	"github.com/tollgate/tollgate/extproc/fleet"
@@ -54,32 +52,11 @@ func BenchmarkServer_Buffered(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts, err := ServerOptions(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	g := grpc.NewServer(opts...)
-	s.Register(g)
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(ran) }()
-	go func() { _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = conn.Close()
-		g.Stop()
-		cancel()
-		<-ran
-		s.Wait()
-	})
-	client := extprocv3.NewExternalProcessorClient(conn)
+	client := extprocv3.NewExternalProcessorClient(serve(b, s, cfg, lis, lis.Addr().String()))
 	p0 := proto{req: modeBuffered, resp: modeStreamed}
 	msgs := []*extprocv3.ProcessingRequest{
 		reqHeaders(p0, "POST", "/v1/chat/completions", false),

@@ -65,31 +65,38 @@ func startServerWith(t *testing.T, cfg Config, workers []fleet.Worker, beforeRun
 	if beforeRun != nil {
 		beforeRun(s)
 	}
+	lis := bufconn.Listen(1 << 20)
+	conn := serve(t, s, cfg, lis, "passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
+	return &testServer{t: t, srv: s, client: extprocv3.NewExternalProcessorClient(conn), health: healthgrpc.NewHealthClient(conn)}
+}
+
+// serve runs s, and a gRPC server for it on lis, until the test ends, and
+// returns a client connection to target.
+func serve(tb testing.TB, s *Server, cfg Config, lis net.Listener, target string, dial ...grpc.DialOption) *grpc.ClientConn {
+	tb.Helper()
 	opts, err := ServerOptions(cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer(opts...)
 	s.Register(g)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = s.Run(ctx) })
 	wg.Go(func() { _ = g.Serve(lis) })
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(target, append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = conn.Close()
 		g.Stop()
 		cancel()
 		wg.Wait()
 		s.Wait()
 	})
-	return &testServer{t: t, srv: s, client: extprocv3.NewExternalProcessorClient(conn), health: healthgrpc.NewHealthClient(conn)}
+	return conn
 }
 
 // clientStream is one simulated Envoy side stream.
