@@ -162,7 +162,7 @@ func (s *Server) freshScheduler(ws []sched.Worker) (scheduler, error) {
 func (s *Server) setReplicaActive(ctx context.Context, active bool) error {
 	if active {
 		ev := &event{kind: evActive, active: true, fronts: s.relay.knownFronts()}
-		if _, err := s.disp.call(ctx, ev); err != nil && !errors.Is(err, errStopped) {
+		if err := s.control(ctx, ev); err != nil {
 			return err
 		}
 		if err := s.desk.setActive(ctx, true); err != nil {
@@ -173,7 +173,7 @@ func (s *Server) setReplicaActive(ctx context.Context, active bool) error {
 	}
 	err := s.desk.setActive(ctx, false)
 	s.relay.setSelf(false)
-	if _, err2 := s.disp.call(ctx, &event{kind: evActive, active: false}); err2 != nil && !errors.Is(err2, errStopped) {
+	if err2 := s.control(ctx, &event{kind: evActive, active: false}); err2 != nil {
 		err = errors.Join(err, err2)
 	}
 	return err

@@ -244,6 +244,15 @@ func (s *Server) SetWorkers(ws []fleet.Worker) error {
 	return nil
 }
 
+// control applies a control event. A dispatcher that has stopped refuses
+// it, which is no error here: it has nothing left to change.
+func (s *Server) control(ctx context.Context, ev *event) error {
+	if _, err := s.disp.call(ctx, ev); err != nil && !errors.Is(err, errStopped) {
+		return err
+	}
+	return nil
+}
+
 // commitWorkers hands a worker set to the dispatcher, the owner of the
 // scheduling core; it is the one consumer that may refuse.
 func (s *Server) commitWorkers(set *fleet.Set) error {
@@ -317,10 +326,7 @@ func (s *Server) SetActive(ctx context.Context, active bool) error {
 	if s.relay != nil {
 		return s.setReplicaActive(ctx, active)
 	}
-	if _, err := s.disp.call(ctx, &event{kind: evActive, active: active}); err != nil && !errors.Is(err, errStopped) {
-		return err
-	}
-	return nil
+	return s.control(ctx, &event{kind: evActive, active: active})
 }
 
 // updateHealth publishes a serving snapshot on gRPC health.
@@ -345,7 +351,7 @@ func (s *Server) updateHealth(v serving) {
 // error when streams are still open then or ctx ends first. The caller
 // then stops the gRPC server and cancels Run's context.
 func (s *Server) Drain(ctx context.Context) error {
-	if _, err := s.disp.call(ctx, &event{kind: evDrain}); err != nil && !errors.Is(err, errStopped) {
+	if err := s.control(ctx, &event{kind: evDrain}); err != nil {
 		return err
 	}
 	s.log.Info("draining", "delay", s.cfg.DrainDelay, "open_streams", s.active.Load())
@@ -356,7 +362,7 @@ func (s *Server) Drain(ctx context.Context) error {
 	// In replica mode the queued requests wait on: another replica
 	// schedules them while this one drains, until the shutdown timeout.
 	if s.relay == nil {
-		if _, err := s.disp.call(ctx, &event{kind: evShed}); err != nil && !errors.Is(err, errStopped) {
+		if err := s.control(ctx, &event{kind: evShed}); err != nil {
 			return err
 		}
 	}
