@@ -20,6 +20,45 @@ import (
 // in a stream goroutine: headers, a chat body (JSON, tokenizing, hashing,
 // prefix lookup), the route, and the response path.
 func BenchmarkExchange_BufferedRequest(b *testing.B) {
+	exchange := bufferedExchange(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		exchange()
+	}
+}
+
+// BenchmarkExchange_NewGoroutine measures the stack growth of a stream's
+// new goroutine: the exchange of BenchmarkExchange_BufferedRequest on a new
+// goroutine (new), and on a new one that calls growStack first, as Process
+// does (grown).
+func BenchmarkExchange_NewGoroutine(b *testing.B) {
+	exchange := bufferedExchange(b)
+	done := make(chan struct{})
+	for _, c := range []struct {
+		name string
+		run  func()
+	}{
+		{"new", func() {
+			go func() { exchange(); done <- struct{}{} }()
+			<-done
+		}},
+		{"grown", func() {
+			go func() { growStack(); exchange(); done <- struct{}{} }()
+			<-done
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c.run()
+			}
+		})
+	}
+}
+
+// bufferedExchange returns one whole BUFFERED exchange with a response
+// phase, against a fake dispatcher that dispatches at once.
+func bufferedExchange(b *testing.B) func() {
 	cfg := testConfig(nil)
 	p := newTestDeps(b, cfg)
 	env := &fakeEnv{dest: fleet.Target{Worker: "w0", Address: "10.0.0.7:8000"}, destOK: true}
@@ -27,8 +66,7 @@ func BenchmarkExchange_BufferedRequest(b *testing.B) {
 	hdr := reqHeaders(p0, "POST", "/v1/chat/completions", false, "x-smg-priority", "interactive")
 	body := reqBody(chatBody, true)
 	rh, rb := respHeaders(false), respBody(`data: {"usage":{"prompt_tokens":12}}`+"\n\ndata: [DONE]\n\n", true)
-	b.ReportAllocs()
-	for b.Loop() {
+	return func() {
 		env.submits, env.notes = env.submits[:0], env.notes[:0]
 		x := newExchange(p, env, cfg.Logger, 1)
 		x.message(t0, hdr)

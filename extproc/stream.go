@@ -132,6 +132,7 @@ func (e *streamEnv) context() context.Context { return e.ctx }
 // end) is handled by a short-lived goroutine under the stream's lock; one
 // that ends the exchange also ends the Recv, through the stream's context.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
+	growStack()
 	n := s.streamOpened()
 	defer s.streamClosed()
 	id := s.ids.Add(1)
@@ -403,6 +404,7 @@ func (l *streamLoop) claim() bool {
 
 // deliver applies the notices in order until none is left: the sender.
 func (l *streamLoop) deliver() {
+	growStack()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.drain(true)
