@@ -10,11 +10,10 @@ import (
 const senderIdle = time.Second
 
 // senderPool runs the stream loops' deliveries (streamLoop.deliver) on
-// goroutines that outlive one delivery: a new goroutine's small stack
-// grows, copy by copy, while it marshals a response, and a sender that
-// waits for the next delivery keeps what it grew. A delivery goes to an
-// idle sender when one waits, else to a new one, so it never waits for
-// another stream's Send. A sender exits after senderIdle without work,
+// goroutines that outlive one delivery: a new sender grows its stack at
+// once (growStack), and one that waits for the next delivery keeps it. A
+// delivery goes to an idle sender when one waits, else to a new one, so
+// it never waits for another stream's Send. A sender exits after senderIdle without work,
 // and at stop.
 type senderPool struct {
 	wg   sync.WaitGroup
@@ -38,6 +37,7 @@ func (p *senderPool) Go(f func()) {
 }
 
 func (p *senderPool) run(f func()) {
+	growStack()
 	t := time.NewTimer(senderIdle)
 	defer t.Stop()
 	for {

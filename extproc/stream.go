@@ -404,7 +404,6 @@ func (l *streamLoop) claim() bool {
 
 // deliver applies the notices in order until none is left: the sender.
 func (l *streamLoop) deliver() {
-	growStack()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.drain(true)
