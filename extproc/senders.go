@@ -13,8 +13,8 @@ const senderIdle = time.Second
 // goroutines that outlive one delivery: a new sender grows its stack at
 // once (growStack), and one that waits for the next delivery keeps it. A
 // delivery goes to an idle sender when one waits, else to a new one, so
-// it never waits for another stream's Send. A sender exits after senderIdle without work,
-// and at stop.
+// it never waits for another stream's Send. A sender exits after
+// senderIdle without work, and at stop.
 type senderPool struct {
 	wg   sync.WaitGroup
 	work chan func()
