@@ -135,19 +135,17 @@ type engineState struct {
 	prefilling uint32
 	firsts     [recentBookings]instant
 	nFirsts    uint64
-	// prevLoad and prevAt are the rank's report before the last one
-	// (running + waiting, read at prevAt), prevSure the requests past their
-	// first token when it was read that are still in flight; prevKnown is
-	// set once there is one. seedRank lowers the seed from it, not from
-	// the last report.
+	// prevLoad is the rank's report before the last one (running +
+	// waiting), prevSure the requests past their first token when it was
+	// read that are still in flight; prevKnown is set once there is one.
+	// seedRank lowers the seed from it, not from the last report.
 	prevLoad  uint64
-	prevAt    instant
 	prevSure  uint32
 	prevKnown bool
 	// lastSure counts the requests in flight past their first token when
 	// the last report was read, as it was recorded; lastGone those of them
-	// released since. Their difference sets a first seed; the next report
-	// makes it prevSure.
+	// released since. Their difference (stillSure) sets a first seed; the
+	// next report makes it prevSure.
 	lastSure, lastGone uint32
 }
 
@@ -337,8 +335,7 @@ func (s *Scheduler) record(l *EngineLoad) {
 	}
 	e := &r.eng
 	if e.known {
-		e.prevLoad, e.prevAt, e.prevKnown = uint64(e.running)+uint64(e.waiting), e.at, true
-		e.prevSure = e.lastSure - min(e.lastGone, e.lastSure)
+		e.prevLoad, e.prevSure, e.prevKnown = uint64(e.running)+uint64(e.waiting), e.stillSure(), true
 	}
 	past := r.requests - min(e.prefilling, r.requests)
 	e.lastSure, e.lastGone = past-min(countAfter(&e.firsts, e.nFirsts, at), past), 0
@@ -391,7 +388,7 @@ func (s *Scheduler) seedRank(r *rankState) {
 	}
 	reported := uint64(e.running) + uint64(e.waiting)
 	if e.seedState == seedPending {
-		e.seed, e.seedState = beyond(reported, uint64(e.lastSure-min(e.lastGone, e.lastSure))), seedActive
+		e.seed, e.seedState = beyond(reported, uint64(e.stillSure())), seedActive
 	} else if e.prevKnown {
 		e.seed = min(e.seed, beyond(e.prevLoad, uint64(e.prevSure)))
 	}
@@ -406,6 +403,10 @@ func (s *Scheduler) seedRank(r *rankState) {
 	}
 }
 
+// stillSure is the number of requests past their first token when the
+// last report was read that are still in flight.
+func (e *engineState) stillSure() uint32 { return e.lastSure - min(e.lastGone, e.lastSure) }
+
 // beyond is a reported load beyond the requests booked, 0 if none.
 func beyond(reported, booked uint64) uint32 {
 	if reported <= booked {
@@ -417,9 +418,9 @@ func beyond(reported, booked uint64) uint32 {
 // noteEnd counts e, about to be unbooked, among the requests its rank's
 // last report saw past their first token, if it was one of them.
 func (s *Scheduler) noteEnd(e *entry) {
-	r := &e.rank.eng
-	if r.known && e.flags&flagPrefilling == 0 && e.first <= r.at {
-		r.lastGone++
+	eng := &e.rank.eng
+	if eng.known && e.flags&flagPrefilling == 0 && e.first <= eng.at {
+		eng.lastGone++
 	}
 }
 
