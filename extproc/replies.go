@@ -26,7 +26,8 @@ const maxDuplexChunk = 62_000
 // (removed otherwise: a client must not aim a decode worker's sidecar at an
 // address of its choice). Set headers are sorted by name.
 func routing(t *fleet.Target) (*extprocv3.HeaderMutation, *structpb.Struct) {
-	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{answer.SetHeader(headerDestination, t.Endpoints())}}
+	endpoints := t.Endpoints()
+	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{answer.SetHeader(headerDestination, endpoints)}}
 	if t.MultiRank {
 		m.SetHeaders = append(m.SetHeaders, answer.SetHeader(headerUpstreamRank, strconv.FormatUint(uint64(t.Rank), 10)))
 	} else {
@@ -40,7 +41,7 @@ func routing(t *fleet.Target) (*extprocv3.HeaderMutation, *structpb.Struct) {
 	answer.SortHeaders(m.SetHeaders)
 	md := &structpb.Struct{Fields: map[string]*structpb.Value{
 		lbNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			headerDestination: structpb.NewStringValue(t.Endpoints()),
+			headerDestination: structpb.NewStringValue(endpoints),
 		}}),
 	}}
 	return m, md
